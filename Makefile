@@ -1,0 +1,34 @@
+# Two commands for a newcomer:  make demo  (set up + run the main job)  and  make test.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build of torch, pinned here rather than in setup.cfg so that NPU and GPU hosts
+# keep their own torch. Where plain pip would fetch a CUDA build, point TORCH_INDEX at
+# https://download.pytorch.org/whl/cpu.
+TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
+OUT ?= build/demo
+
+.PHONY: demo test bench clean
+
+demo: $(VENV)/.installed
+	$(BIN)/rlparity inspect sample:tinywalker
+	$(BIN)/rlparity export sample:tinywalker -o $(OUT)/TinyWalker.onnx
+	$(BIN)/rlparity validate sample:tinywalker --json $(OUT)/TinyWalker.report.json
+	$(BIN)/rlparity validate sample:tinybranches --json $(OUT)/TinyBranches.report.json
+
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest -q
+
+bench: $(VENV)/.installed
+	$(BIN)/python benchmarks/mlagents_latency.py
+
+$(VENV)/.installed: setup.cfg pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $@
+
+clean:
+	rm -rf $(VENV) build *.egg-info

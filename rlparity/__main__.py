@@ -1,0 +1,3 @@
+from rlparity.cli import main
+
+main()

@@ -1,0 +1,161 @@
+"""Rich tables rendered from the Report (or a family's summary) for the terminal.
+
+Everything here reads the JSON form of the report, so a saved report renders exactly as
+the run that produced it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+PASS = Text("pass", style="bold green")
+FAIL = Text("FAIL", style="bold red")
+SKIP = Text("n/a", style="dim")
+
+
+def verdict_text(passed: bool | None) -> Text:
+    return SKIP if passed is None else (PASS if passed else FAIL)
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if value == 0:
+            return "0"
+        if abs(value) >= 1e4 or abs(value) < 1e-3:
+            return f"{value:.{digits}e}"
+        return f"{value:.{digits + 1}g}"
+    return str(value)
+
+
+def io_table(io_spec: dict[str, Any], title: str = "I/O") -> Table:
+    table = Table(title=title, box=box.SIMPLE_HEAVY, title_justify="left")
+    for column in ("", "name", "dtype", "shape", "role", "description"):
+        table.add_column(column)
+    for direction, key in (("in", "inputs"), ("out", "outputs")):
+        for t in io_spec[key]:
+            shape = "[" + ", ".join(str(d) for d in t["shape"]) + "]"
+            table.add_row(direction, t["name"], t["dtype"], Text(shape), t["role"], t.get("description", ""))
+    return table
+
+
+def facts_table(facts: dict[str, Any], title: str) -> Table:
+    table = Table(title=title, box=box.SIMPLE, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in facts.items():
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            value = "\n".join(", ".join(f"{k}={fmt(v)}" for k, v in item.items()) for item in value)
+        elif isinstance(value, list):
+            value = ", ".join(str(v) for v in value) or "-"
+        elif isinstance(value, dict):
+            value = "\n".join(f"{k}: {fmt(v)}" for k, v in value.items())
+        table.add_row(key.replace("_", " "), Text(fmt(value) if not isinstance(value, str) else value))
+    return table
+
+
+def render_inspect(info: dict[str, Any], console: Console) -> None:
+    summary = dict(info["summary"])
+    header = {"file": info["source"]["path"], "sha256": info["source"]["sha256"]}
+    if info["source"].get("note"):
+        header["chosen"] = info["source"]["note"]
+    console.print(facts_table({**header, **summary}, title=f"{info['title']}"))
+    console.print(io_table(info["io_spec"]))
+    if info.get("graph_contents"):
+        console.print(facts_table(info["graph_contents"], title="In the exported graph"))
+
+
+def runtimes_table(report: dict[str, Any]) -> Table:
+    table = Table(title="Runtimes", box=box.SIMPLE_HEAVY, title_justify="left")
+    for column in ("runtime", "device", "status", "first call ms", "median ms", "min ms"):
+        table.add_column(column, justify="right" if "ms" in column else "left")
+    for r in report["runtimes"]:
+        if not r["available"]:
+            status = Text(f"unavailable: {r['reason']}", style="yellow")
+        elif r["error"]:
+            status = Text(f"failed: {r['error']}", style="red")
+        else:
+            status = Text("ran", style="green")
+        device = r.get("info", {}).get("device_name") or r["device"]
+        timing = r.get("timing", {})
+        table.add_row(r["name"], Text(device), status, fmt(timing.get("first_call_ms")),
+                      fmt(timing.get("median_ms")), fmt(timing.get("min_ms")))
+    return table
+
+
+def comparison_table(c: dict[str, Any]) -> Table:
+    title = f"{c['candidate']} vs {c['reference']}"
+    tolerances = {(o["atol"], o["rtol"]) for o in c["outputs"] if o["rule"] == "elementwise" and o.get("atol") is not None}
+    caption = "; ".join(f"element-wise: |a-b| <= {fmt(a)} + {fmt(r)}*|ref|" for a, r in sorted(tolerances))
+    table = Table(title=title, caption=caption or None, box=box.SIMPLE_HEAVY, title_justify="left",
+                  caption_justify="left")
+    table.add_column("output", no_wrap=True)
+    table.add_column("rule")
+    for column in ("bit-match", "max_abs", "mean_abs", "max_rel", "cosine", "needed atol"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("detail")
+    table.add_column("verdict", justify="right")
+    for o in c["outputs"]:
+        m = o["metrics"]
+        bit = f"{100 * m['bit_match_rate']:.1f}%" if "bit_match_rate" in m else "-"
+        table.add_row(o["output"], o["rule"], bit, fmt(m.get("max_abs")), fmt(m.get("mean_abs")),
+                      fmt(m.get("max_rel")), fmt(m.get("cosine"), 7) if "cosine" in m else "-",
+                      fmt(m.get("needed_atol")), Text(_detail(o)), verdict_text(o["passed"]))
+    return table
+
+
+def _detail(o: dict[str, Any]) -> str:
+    m = o["metrics"]
+    parts = []
+    if o["rule"] == "exact" and m:
+        parts.append("equal" if m.get("equal") else "differs")
+    if o["rule"] == "agreement" and m:
+        parts.append(f"{100 * m.get('agreement', 0):.2f}% agree, {m.get('ties', 0)} ties")
+    if o["rule"] == "distribution" and m:
+        z = max(m.get(k, 0.0) for k in ("z_mean", "z_second_moment", "z_frequency"))
+        parts.append(f"z {fmt(z, 2)} of {m['z_limit']} ({m['draws']} draws)")
+    if o.get("scope"):
+        parts.append(o["scope"])
+    if o.get("note"):
+        parts.append(o["note"])
+    return "; ".join(parts)
+
+
+def render_validation(report: dict[str, Any], console: Console) -> None:
+    source = report["source"]
+    lines = [f"[bold]{escape(report['title'])}[/] ({report['family']})", f"checkpoint {escape(source['path'])}"]
+    if source.get("note"):
+        lines.append(escape(source["note"]))
+    ref = report.get("reference_export")
+    if ref:
+        same = ref.get("graph_identical")
+        lines.append(f"official export {escape(ref['path'])}" + ("  [green](our graph is identical)[/]" if same else ""))
+    inputs = report["inputs"]
+    rows = ", ".join(f"{n} {k}" for k, n in inputs["rows"].items())
+    lines.append(escape(f"inputs: batch {inputs['batch']} ({rows}), seed {inputs['seed']}, {inputs['digest'][:23]}..."))
+    console.print(Panel("\n".join(lines), title="rlparity validate", expand=False))
+    console.print(runtimes_table(report))
+    for c in report["comparisons"]:
+        console.print(comparison_table(c))
+    for note in report.get("notes", []):
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    console.print(verdict_line(report))
+
+
+def verdict_line(report: dict[str, Any]) -> Text:
+    verdict = report["verdict"]
+    failed = [f"{c['candidate']} vs {c['reference']}" for c in report["comparisons"] if not c["passed"]]
+    if verdict == "pass":
+        return Text(f"verdict: PASS ({len(report['comparisons'])} comparisons)", style="bold green")
+    if verdict == "mismatch":
+        return Text(f"verdict: MISMATCH in {', '.join(failed)}", style="bold red")
+    return Text("verdict: INCOMPLETE (a runtime failed or nothing was compared)", style="bold yellow")

@@ -1,0 +1,184 @@
+"""The `rlparity` command line: rich tables on stderr, machine output with --json.
+
+Exit codes: 0 pass, 1 bad input (one line, no traceback), 2 usage, 3 mismatch,
+4 accelerator unavailable.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from rlparity import __version__
+from rlparity.errors import EXIT_ACCELERATOR_UNAVAILABLE, EXIT_MISMATCH, EXIT_USER_ERROR, UserError
+
+console = Console(stderr=True, width=None if sys.stderr.isatty() else 140, highlight=False)
+
+
+class RlparityGroup(click.Group):
+    """Turns a UserError anywhere below into one red line and its exit code."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except UserError as e:
+            console.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
+            ctx.exit(e.exit_code)
+
+
+@click.group(cls=RlparityGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="rlparity")
+def main() -> None:
+    """Port reinforcement-learning policies to new hardware and prove the port exact."""
+
+
+def model_options(f):
+    """Options shared by every command that reads a checkpoint."""
+    f = click.option("--family", default=None, help="Model family, when it cannot be detected (mlagents, ...).")(f)
+    f = click.option("--obs-sizes", default=None, metavar="N,N,...",
+                     help="ML-Agents: sizes of the vector observations, when neither normalizer "
+                          "statistics nor an official export tell them.")(f)
+    return f
+
+
+def load_model(path: str, family: str | None, obs_sizes: str | None):
+    from rlparity import converters
+
+    options = {}
+    if obs_sizes:
+        options["obs_sizes"] = _int_list(obs_sizes, "--obs-sizes")
+    with console.status(f"reading {path}"):
+        return converters.load(path, family=family, **options)
+
+
+def _int_list(text: str, option: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {text!r}", param_hint=option) from None
+    if not values or min(values) < 1:
+        raise click.BadParameter(f"expected positive integers, got {text!r}", param_hint=option)
+    return values
+
+
+def write_json(data: dict, target: str) -> None:
+    text = json.dumps(data, indent=2, default=str) + "\n"
+    if target == "-":
+        sys.stdout.write(text)
+        return
+    try:
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        Path(target).write_text(text)
+    except OSError as e:
+        raise UserError(f"cannot write: {e.strerror or e}", target) from None
+
+
+@main.command()
+@click.argument("path", type=click.Path())
+@model_options
+@click.option("--json", "json_out", metavar="FILE", help="Write the facts as JSON to FILE (- for stdout).")
+def inspect(path, family, obs_sizes, json_out):
+    """Family, I/O, parameters, normalizer and training step of a checkpoint."""
+    from rlparity.artifacts.tables import render_inspect
+    from rlparity.converters.safe_load import sha256_file
+
+    model = load_model(path, family, obs_sizes)
+    info = {
+        "family": model.name,
+        "title": model.title,
+        "source": {"path": str(model.source), "sha256": sha256_file(model.source) if model.source.is_file() else None,
+                   "note": model.source_note},
+        "summary": model.summary(),
+        "io_spec": model.io_spec().to_json(),
+        "graph_contents": model.graph_contents(),
+    }
+    render_inspect(info, console)
+    if json_out:
+        write_json(info, json_out)
+
+
+@main.command()
+@click.argument("path", type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(), help="Where to write the ONNX file.")
+@click.option("--opset", type=click.IntRange(7, 25), default=None, help="ONNX opset (default: the family's).")
+@model_options
+def export(path, output, opset, family, obs_sizes):
+    """Export a checkpoint to ONNX with the official names and I/O."""
+    import hashlib
+
+    from rlparity.validators.validate import _reference_facts
+
+    model = load_model(path, family, obs_sizes)
+    with console.status("exporting"):
+        data = model.export(output, opset=opset)
+    console.print(f"wrote [bold]{escape(output)}[/] ({len(data):,} bytes, opset {opset or model.default_opset}, "
+                  f"sha256 {hashlib.sha256(data).hexdigest()[:16]}...)")
+    if model.source_note:
+        console.print(escape(model.source_note))
+    reference = model.reference_export()
+    if reference is not None:
+        facts = _reference_facts(reference, data)
+        same = "identical to" if facts.get("graph_identical") else "different from"
+        console.print(f"graph {same} the official export {escape(str(reference))}")
+
+
+@main.command()
+@click.argument("path", type=click.Path())
+@click.option("--runtimes", default=None, metavar="LIST",
+              help="Comma-separated: torch-cpu, ort-cpu, ort-ref, torch-cuda:0, torch-npu:0 "
+                   "(default: torch-cpu, ort-cpu, and ort-ref when an official export is found).")
+@click.option("--device", default=None, metavar="DEV", help="Also run torch on this device: cuda, cuda:1, npu:0 ...")
+@click.option("--ref", "reference", type=click.Path(), default=None,
+              help="The official ONNX export to compare with (default: found beside the checkpoint).")
+@click.option("--batch", type=click.IntRange(1, 100_000), default=64, show_default=True,
+              help="Rows of inputs: edge cases first, then seeded random rows.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--opset", type=click.IntRange(7, 25), default=None, help="Opset of our export (default: the family's).")
+@click.option("--draws", type=click.IntRange(16, 100_000), default=512, show_default=True,
+              help="Samples per element when checking sampled outputs by distribution.")
+@click.option("--json", "json_out", metavar="FILE", help="Write the report as JSON to FILE (- for stdout).")
+@model_options
+def validate(path, runtimes, device, reference, batch, seed, opset, draws, json_out, family, obs_sizes):
+    """Run the same inputs through every runtime and compare them to the reference."""
+    from rlparity.artifacts.tables import render_validation
+    from rlparity.validators.validate import ValidateOptions, validate as run_validation
+
+    model = load_model(path, family, obs_sizes)
+    if reference is not None and not Path(reference).is_file():
+        raise UserError("no such file", reference)
+    options = ValidateOptions(
+        runtimes=[r.strip() for r in runtimes.split(",") if r.strip()] if runtimes else None,
+        device=device, reference=Path(reference) if reference else None,
+        batch=batch, seed=seed, opset=opset, draws=draws,
+    )
+    with console.status("validating") as status:
+        report = run_validation(model, options, on_step=lambda step: status.update(step))
+    report.command = " ".join(["rlparity", *sys.argv[1:]])
+    data = report.to_json()
+    render_validation(data, console)
+    if json_out:
+        report.write(json_out)
+    sys.exit(exit_code(report))
+
+
+def exit_code(report) -> int:
+    """0 pass, 3 mismatch, 4 when the asked-for accelerator is missing, 1 when a runtime failed."""
+    if report.verdict == "mismatch":
+        return EXIT_MISMATCH
+    unavailable = [r for r in report.runtimes if not r.available]
+    failed = [r for r in report.runtimes if r.available and r.error]
+    for r in unavailable:
+        console.print(f"[bold red]error:[/] {r.name}: unavailable: {escape(r.reason)}", soft_wrap=True)
+    for r in failed:
+        console.print(f"[bold red]error:[/] {r.name}: {escape(r.error)}", soft_wrap=True)
+    if unavailable:
+        return EXIT_ACCELERATOR_UNAVAILABLE
+    return EXIT_USER_ERROR if failed or report.verdict != "pass" else 0
+
+
+if __name__ == "__main__":
+    main()

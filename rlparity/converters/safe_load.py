@@ -1,0 +1,76 @@
+"""Reading checkpoint files without ever running code from them.
+
+Checkpoints are pickles, and a pickle can execute anything when it is loaded. Every
+family reads its files through here: ``torch.load(weights_only=True)``, which admits only
+tensors and plain containers, with each way a file can be bad turned into one clear line.
+"""
+from __future__ import annotations
+
+import hashlib
+import pickle
+import re
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from rlparity.errors import UserError
+
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def require_file(path: Path) -> None:
+    """A readable, non-empty regular file, or a UserError saying which of these it is not."""
+    if not path.exists():
+        raise UserError("no such file", path)
+    if path.is_dir():
+        raise UserError("is a folder, expected a file", path)
+    if path.stat().st_size == 0:
+        raise UserError("file is empty", path)
+
+
+def load_torch_file(path: str | Path) -> Any:
+    """``torch.load(path, weights_only=True)`` with one-line errors for every bad file."""
+    import torch
+
+    path = Path(path)
+    require_file(path)
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head == _ZIP_MAGIC:
+        try:
+            with zipfile.ZipFile(path) as archive:
+                archive.namelist()
+        except (zipfile.BadZipFile, OSError, EOFError) as e:
+            raise UserError(f"truncated or corrupt checkpoint archive ({e})", path) from None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise UserError(_explain_refusal(str(e)), path) from None
+    except (EOFError, OSError, RuntimeError, ValueError, KeyError, IndexError, TypeError) as e:
+        detail = " ".join(str(e).split())[:160] or type(e).__name__
+        raise UserError(f"not a readable PyTorch checkpoint: truncated or corrupt ({detail})", path) from None
+
+
+def _explain_refusal(message: str) -> str:
+    """Turn torch's multi-paragraph weights_only refusal into one line."""
+    found = re.search(r"GLOBAL ([\w.]+)", message)
+    if found:
+        return (
+            f"refused to load: the pickle asks to import {found.group(1)}, which is not a tensor "
+            "or plain data (a hostile or non-weights file); nothing from it was run"
+        )
+    operand = re.search(r"Unsupported operand (\d+)", message)
+    if operand:
+        return "not a PyTorch checkpoint: the data is not a weights-only pickle (unreadable or hostile); nothing from it was run"
+    return "refused to load: not a weights-only PyTorch checkpoint; nothing from it was run"
