@@ -12,12 +12,15 @@ from __future__ import annotations
 import io
 import warnings
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from rlparity.errors import UserError
 from rlparity.spec import IOSpec
+
+if TYPE_CHECKING:
+    from rlparity.validators.feeds import Feeds
 
 
 class Family:
@@ -61,6 +64,16 @@ class Family:
     def scores(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Reference scores (logits, probabilities) behind discrete actions, for tie checks."""
         return {}
+
+    def make_feeds(self, batch: int, seed: int) -> "Feeds":
+        """Validation inputs; families with structured inputs (sequences, padding) override."""
+        from rlparity.validators.feeds import make_feeds
+
+        return make_feeds(self.io_spec(), batch, seed)
+
+    def valid_elements(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        """Per output, a boolean mask of the elements to compare (e.g. padding excluded)."""
+        return None
 
     def tolerances(self) -> dict[str, tuple[float, float]]:
         """Per-output (atol, rtol) where the family needs other than the dtype default."""

@@ -20,7 +20,7 @@ from rlparity.converters.safe_load import sha256_file
 from rlparity.errors import UsageError
 from rlparity.spec import IOSpec
 from rlparity.validators.compare import compare_outputs
-from rlparity.validators.feeds import Feeds, digest_arrays, make_feeds
+from rlparity.validators.feeds import Feeds, digest_arrays
 from rlparity.validators.ort import OrtRuntime
 from rlparity.validators.runtimes import OFFICIAL, OURS, REFERENCE, Runtime, host_info, runtime_for_device
 from rlparity.validators.torch_runtime import TorchRuntime
@@ -71,7 +71,7 @@ def validate(family: Family, options: ValidateOptions, on_step: Callable[[str], 
 
     on_step("exporting")
     ours = family.export(opset=options.opset)
-    feeds = make_feeds(spec, options.batch, options.seed)
+    feeds = family.make_feeds(options.batch, options.seed)
     stochastic = [t.name for t in spec.outputs if t.role == "stochastic"]
     draw_feeds = feeds.take(min(options.draw_rows, feeds.batch)) if stochastic else None
     models = {OURS: ours, OFFICIAL: reference_path}
@@ -123,6 +123,7 @@ def validate(family: Family, options: ValidateOptions, on_step: Callable[[str], 
             spec, outputs[ref], outputs[cand], reference_name=ref, candidate_name=cand,
             tolerances=family.tolerances(), scores=scores,
             reference_draws=draws.get(ref), candidate_draws=draws.get(cand),
+            valid=family.valid_elements(feeds.arrays),
         )
         report.comparisons.append(comparison.to_json())
     report.extra["outputs_digest"] = {name: digest_arrays(out) for name, out in outputs.items()}
