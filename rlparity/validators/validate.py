@@ -17,7 +17,7 @@ import numpy as np
 from rlparity.artifacts.report import Report, RuntimeResult, library_versions
 from rlparity.converters.family import Family
 from rlparity.converters.safe_load import sha256_file
-from rlparity.errors import UsageError
+from rlparity.errors import UsageError, UserError
 from rlparity.spec import IOSpec
 from rlparity.validators.compare import compare_outputs
 from rlparity.validators.feeds import Feeds, digest_arrays
@@ -107,6 +107,8 @@ def validate(family: Family, options: ValidateOptions, on_step: Callable[[str], 
             outputs[name], result.timing = _timed_runs(runtime, feeds.arrays, options.repeats)
             if draw_feeds is not None:
                 draws[name] = _draw(runtime, draw_feeds, stochastic, options.draws)
+        except UserError as e:  # e.g. an unreadable official export: its own clear message
+            result.error = str(e)
         except Exception as e:  # recorded, so that the other runtimes' results survive
             result.error = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
         finally:
