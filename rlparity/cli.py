@@ -5,7 +5,6 @@ Exit codes: 0 pass, 1 bad input (one line, no traceback), 2 usage, 3 mismatch,
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -66,15 +65,9 @@ def _int_list(text: str, option: str) -> list[int]:
 
 
 def write_json(data: dict, target: str) -> None:
-    text = json.dumps(data, indent=2, default=str) + "\n"
-    if target == "-":
-        sys.stdout.write(text)
-        return
-    try:
-        Path(target).parent.mkdir(parents=True, exist_ok=True)
-        Path(target).write_text(text)
-    except OSError as e:
-        raise UserError(f"cannot write: {e.strerror or e}", target) from None
+    from rlparity.artifacts.report import dumps_json, write_output
+
+    write_output(dumps_json(data), target)
 
 
 @main.command()
