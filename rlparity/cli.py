@@ -180,5 +180,38 @@ def exit_code(report) -> int:
     return EXIT_USER_ERROR if failed or report.verdict != "pass" else 0
 
 
+@main.command()
+@click.argument("candidate", type=click.Path())
+@click.option("--ref", "reference", required=True, type=click.Path(), help="The reference ONNX model (e.g. the official export).")
+@click.option("--inputs", type=click.Path(), default=None, metavar="FILE.npz",
+              help="Inputs to use, keyed by the reference's input names (default: generated from its I/O).")
+@click.option("--atol", type=click.FloatRange(min=0), default=None, help="Absolute tolerance for every output (default: per dtype).")
+@click.option("--rtol", type=click.FloatRange(min=0), default=None, help="Relative tolerance for every output (default: per dtype).")
+@click.option("--batch", type=click.IntRange(1, 100_000), default=64, show_default=True,
+              help="Rows of generated inputs: edge cases first, then seeded random rows.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--draws", type=click.IntRange(16, 100_000), default=512, show_default=True,
+              help="Samples per element when checking sampled outputs by distribution.")
+@click.option("--json", "json_out", metavar="FILE", help="Write the result as JSON to FILE (- for stdout).")
+def diff(candidate, reference, inputs, atol, rtol, batch, seed, draws, json_out):
+    """Is CANDIDATE.onnx a drop-in replacement for the reference, and if not, where does it diverge?
+
+    Exit 0: same contract and every output within tolerance; 3: not a drop-in; 1: a file
+    cannot be read.
+    """
+    from rlparity.artifacts.diff_tables import render_diff
+    from rlparity.validators.diff import DiffOptions, diff as run_diff
+
+    options = DiffOptions(inputs=Path(inputs) if inputs else None, atol=atol, rtol=rtol, batch=batch, seed=seed, draws=draws)
+    with console.status("comparing") as status:
+        result = run_diff(candidate, reference, options, on_step=lambda step: status.update(step))
+    result.command = " ".join(["rlparity", *sys.argv[1:]])
+    data = result.to_json()
+    render_diff(data, console)
+    if json_out:
+        write_json(data, json_out)
+    sys.exit(0 if result.drop_in else EXIT_MISMATCH)
+
+
 if __name__ == "__main__":
     main()
