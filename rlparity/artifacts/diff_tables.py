@@ -10,7 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from rlparity.artifacts.tables import comparison_table, fmt
+from rlparity.artifacts.tables import comparison_table, fmt, runtimes_table, verdict_line
 
 MAX_DIFFERENCE_ROWS = 40
 SEVERITY_STYLE = {"error": "bold red", "note": "yellow"}
@@ -131,3 +131,30 @@ def diff_verdict_line(data: dict[str, Any]) -> Text:
     errors = [d for d in data["differences"] if d["severity"] == "error"]
     kinds = ", ".join(dict.fromkeys(d["kind"] for d in errors))
     return Text(f"verdict: NOT A DROP-IN: {len(errors)} error(s): {kinds}", style="bold red")
+
+
+def render_compare(report: dict[str, Any], console: Console) -> None:
+    runs = report["extra"]["runs"]
+    lines = [f"[bold]{escape(report['title'])}[/] ({report['family']})",
+             f"reference runtime {escape(report['extra']['compare']['reference'])}"]
+    inputs = report.get("inputs") or {}
+    if inputs.get("digest"):
+        lines.append(escape(f"inputs: batch {inputs.get('batch')}, seed {inputs.get('seed')}, {inputs['digest'][:23]}..."))
+    console.print(Panel("\n".join(lines), title="rlparity compare", expand=False))
+    table = Table(title="Saved runs", box=box.SIMPLE_HEAVY, title_justify="left")
+    for column in ("run", "saved", "host", "versions", "runtimes"):
+        table.add_column(column)
+    for run in runs:
+        host = run["host"]
+        versions = ", ".join(f"{k} {v}" for k, v in run["versions"].items() if k in ("torch", "onnxruntime", "torch_npu"))
+        table.add_row(Text(run["path"]), run.get("created") or "-",
+                      Text(f"{host.get('hostname') or '?'} ({host.get('machine', '?')}, python {host.get('python', '?')})"),
+                      Text(versions),
+                      Text(", ".join(run["runtimes"])))
+    console.print(table)
+    console.print(runtimes_table(report))
+    for c in report["comparisons"]:
+        console.print(comparison_table(c))
+    for note in report.get("notes", []):
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    console.print(verdict_line(report))
