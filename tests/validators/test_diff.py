@@ -426,3 +426,21 @@ def test_json_to_stdout(run_cli, tmp_path):
     data = json.loads(result.output[result.output.index("{\n"):result.output.rindex("}") + 1])
     assert data["schema"] == "rlparity.diff/1" and data["verdict"] == "drop-in"
     assert data["inputs"]["batch"] == 8
+
+
+def test_scores_behind_discrete_decisions_are_found_for_ties():
+    """deterministic_discrete_actions = Concat(ArgMax(softmax_b)): the softmaxes tell ties."""
+    from rlparity.validators.diff import GraphInfo, _with_scores, argmax_scores, generate_feeds
+
+    info = GraphInfo(onnx.load(str(BRANCHES)))
+    sources = argmax_scores(info, "deterministic_discrete_actions")
+    assert sources == [f"/_discrete_distribution/Softmax{s}_output_0" for s in ("", "_1", "_2")]
+    assert argmax_scores(info, "discrete_actions") is None  # sampled, not an ArgMax
+    spec = io_spec_from_onnx(info)
+    feeds = generate_feeds(spec, 16, 0)
+    scored, scores = _with_scores(spec, info, feeds.arrays)
+    key = scored.output("deterministic_discrete_actions").scores
+    probabilities = scores[key]
+    assert probabilities.shape == (16, 8)
+    np.testing.assert_allclose(probabilities[:, :3].sum(axis=1), 1.0, rtol=1e-5)
+    assert (probabilities[:, :3] * feeds.arrays["action_masks"][:, :3] == probabilities[:, :3]).all()  # masked out
