@@ -15,7 +15,9 @@ demo: $(VENV)/.installed
 	$(BIN)/rlparity inspect sample:tinywalker
 	$(BIN)/rlparity export sample:tinywalker -o $(OUT)/TinyWalker.onnx
 	$(BIN)/rlparity validate sample:tinywalker --json $(OUT)/TinyWalker.report.json
-	$(BIN)/rlparity validate sample:tinybranches --json $(OUT)/TinyBranches.report.json
+	$(BIN)/rlparity validate sample:tinybranches --json $(OUT)/TinyBranches.report.json --save-run $(OUT)/TinyBranches.run
+	$(BIN)/rlparity compare $(OUT)/TinyBranches.run
+	$(BIN)/rlparity diff $(OUT)/TinyWalker.onnx --ref rlparity/samples/mlagents/TinyWalker/TinyWalker-1000.onnx
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q

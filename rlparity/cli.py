@@ -134,8 +134,10 @@ def export(path, output, opset, family, obs_sizes):
 @click.option("--draws", type=click.IntRange(16, 100_000), default=512, show_default=True,
               help="Samples per element when checking sampled outputs by distribution.")
 @click.option("--json", "json_out", metavar="FILE", help="Write the report as JSON to FILE (- for stdout).")
+@click.option("--save-run", type=click.Path(), default=None, metavar="DIR",
+              help="Also save the inputs, every runtime's outputs and metadata to DIR, for `rlparity compare`.")
 @model_options
-def validate(path, runtimes, device, reference, batch, seed, opset, draws, json_out, family, obs_sizes):
+def validate(path, runtimes, device, reference, batch, seed, opset, draws, json_out, family, obs_sizes, save_run=None):
     """Run the same inputs through every runtime and compare them to the reference."""
     from rlparity.artifacts.tables import render_validation
     from rlparity.validators.validate import ValidateOptions, validate as run_validation
@@ -143,16 +145,23 @@ def validate(path, runtimes, device, reference, batch, seed, opset, draws, json_
     model = load_model(path, family, obs_sizes)
     if reference is not None and not Path(reference).is_file():
         raise UserError("no such file", reference)
+    if save_run:
+        from rlparity.artifacts.saved_run import prepare_dir
+
+        prepare_dir(save_run)  # a bad folder fails now, not after the whole validation
     options = ValidateOptions(
         runtimes=[r.strip() for r in runtimes.split(",") if r.strip()] if runtimes else None,
         device=device, reference=Path(reference) if reference else None,
         batch=batch, seed=seed, opset=opset, draws=draws,
+        save_run=Path(save_run) if save_run else None, command=" ".join(["rlparity", *sys.argv[1:]]),
     )
     with console.status("validating") as status:
         report = run_validation(model, options, on_step=lambda step: status.update(step))
     report.command = " ".join(["rlparity", *sys.argv[1:]])
     data = report.to_json()
     render_validation(data, console)
+    if save_run:
+        console.print(f"saved the run to [bold]{escape(save_run)}[/] (compare it with `rlparity compare {escape(save_run)}`)")
     if json_out:
         report.write(json_out)
     sys.exit(exit_code(report))
@@ -171,6 +180,70 @@ def exit_code(report) -> int:
     if unavailable:
         return EXIT_ACCELERATOR_UNAVAILABLE
     return EXIT_USER_ERROR if failed or report.verdict != "pass" else 0
+
+
+@main.command()
+@click.argument("candidate", type=click.Path())
+@click.option("--ref", "reference", required=True, type=click.Path(), help="The reference ONNX model (e.g. the official export).")
+@click.option("--inputs", type=click.Path(), default=None, metavar="FILE.npz",
+              help="Inputs to use, keyed by the reference's input names (default: generated from its I/O).")
+@click.option("--atol", type=click.FloatRange(min=0), default=None, help="Absolute tolerance for every output (default: per dtype).")
+@click.option("--rtol", type=click.FloatRange(min=0), default=None, help="Relative tolerance for every output (default: per dtype).")
+@click.option("--batch", type=click.IntRange(1, 100_000), default=64, show_default=True,
+              help="Rows of generated inputs: edge cases first, then seeded random rows.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--draws", type=click.IntRange(16, 100_000), default=512, show_default=True,
+              help="Samples per element when checking sampled outputs by distribution.")
+@click.option("--json", "json_out", metavar="FILE", help="Write the result as JSON to FILE (- for stdout).")
+def diff(candidate, reference, inputs, atol, rtol, batch, seed, draws, json_out):
+    """Is CANDIDATE.onnx a drop-in replacement for the reference, and if not, where does it diverge?
+
+    Exit 0: same contract and every output within tolerance; 3: not a drop-in; 1: a file
+    cannot be read.
+    """
+    from rlparity.artifacts.diff_tables import render_diff
+    from rlparity.validators.diff import DiffOptions, diff as run_diff
+
+    options = DiffOptions(inputs=Path(inputs) if inputs else None, atol=atol, rtol=rtol, batch=batch, seed=seed, draws=draws)
+    with console.status("comparing") as status:
+        result = run_diff(candidate, reference, options, on_step=lambda step: status.update(step))
+    result.command = " ".join(["rlparity", *sys.argv[1:]])
+    data = result.to_json()
+    render_diff(data, console)
+    if json_out:
+        write_json(data, json_out)
+    sys.exit(0 if result.drop_in else EXIT_MISMATCH)
+
+
+@main.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@click.option("--reference", "reference_runtime", default=None, metavar="NAME",
+              help="Runtime of the first run to compare against (default: the reference it was saved with, torch-cpu).")
+@click.option("--atol", type=click.FloatRange(min=0), default=None, help="Absolute tolerance for every output (default: as saved).")
+@click.option("--rtol", type=click.FloatRange(min=0), default=None, help="Relative tolerance for every output (default: as saved).")
+@click.option("--json", "json_out", metavar="FILE", help="Write the report as JSON to FILE (- for stdout).")
+def compare(runs, reference_runtime, atol, rtol, json_out):
+    """Compare runs saved by `validate --save-run`, offline.
+
+    One RUN: its runtimes against its reference, as validate did. Several: every runtime
+    of the later runs against the reference runtime of the first (e.g. an NPU host's run
+    against a laptop's). Exit 0: all within tolerance; 3: a mismatch.
+    """
+    from rlparity.artifacts.diff_tables import render_compare
+    from rlparity.artifacts.saved_run import compare_runs, load_run
+
+    with console.status("loading the saved runs"):
+        loaded = [load_run(path) for path in runs]
+    report = compare_runs(loaded, reference=reference_runtime, atol=atol, rtol=rtol)
+    report.command = " ".join(["rlparity", *sys.argv[1:]])
+    render_compare(report.to_json(), console)
+    if json_out:
+        report.write(json_out)
+    if report.verdict == "mismatch":
+        sys.exit(EXIT_MISMATCH)
+    if not report.comparisons:
+        raise UserError("nothing to compare: no runtime other than the reference has saved outputs", runs[0])
+    sys.exit(0 if report.verdict == "pass" else EXIT_USER_ERROR)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,8 @@ class ValidateOptions:
     draws: int = 512                   # samples per element for stochastic outputs
     draw_rows: int = 8                 # rows of the batch the draws are taken on
     repeats: int = 20                  # timed calls per runtime after the first
+    save_run: Path | None = None       # write inputs, every runtime's outputs and metadata here
+    command: str = ""                  # the command line, recorded in the report
 
 
 def runtime_names(family: Family, options: ValidateOptions) -> list[str]:
@@ -87,6 +89,7 @@ def validate(family: Family, options: ValidateOptions, on_step: Callable[[str], 
                 "draws": options.draws if stochastic else 0, "draw_rows": draw_feeds.batch if draw_feeds else 0},
         versions=library_versions(),
         host=host_info(),
+        command=options.command,
     )
     if reference_path is not None:
         report.reference_export = {"path": str(reference_path), **_reference_facts(reference_path, ours)}
@@ -116,6 +119,7 @@ def validate(family: Family, options: ValidateOptions, on_step: Callable[[str], 
 
     on_step("comparing")
     scores = family.scores(feeds.arrays)
+    valid = family.valid_elements(feeds.arrays)
     reference_name = REFERENCE if REFERENCE in outputs else next(iter(outputs), None)
     pairs = [(reference_name, name) for name in outputs if name != reference_name]
     if OURS in outputs and OFFICIAL in outputs and reference_name != OFFICIAL:
@@ -125,10 +129,17 @@ def validate(family: Family, options: ValidateOptions, on_step: Callable[[str], 
             spec, outputs[ref], outputs[cand], reference_name=ref, candidate_name=cand,
             tolerances=family.tolerances(), scores=scores,
             reference_draws=draws.get(ref), candidate_draws=draws.get(cand),
-            valid=family.valid_elements(feeds.arrays),
+            valid=valid,
         )
         report.comparisons.append(comparison.to_json())
     report.extra["outputs_digest"] = {name: digest_arrays(out) for name, out in outputs.items()}
+    if options.save_run is not None:
+        from rlparity.artifacts.saved_run import save_run
+
+        on_step("saving the run")
+        report.extra["saved_run"] = str(options.save_run)
+        save_run(options.save_run, report, spec, feeds, outputs, draws, reference=reference_name,
+                 tolerances=family.tolerances(), scores=scores, valid=valid)
     return report
 
 
