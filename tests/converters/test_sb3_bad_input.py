@@ -107,7 +107,7 @@ def test_bad_model_gives_one_clean_line(tmp_path, run_cli, kind, command):
     assert not (tmp_path / "out.onnx").exists()
 
 
-@pytest.mark.parametrize("member", ["../escape.txt", "/tmp/absolute.txt", "sub/../../escape.txt", "..\\win.txt"])
+@pytest.mark.parametrize("member", ["../escape.txt", "/absolute/path.txt", "sub/../../escape.txt", "..\\win.txt"])
 def test_member_escaping_the_folder_is_refused(tmp_path, run_cli, member):
     work = tmp_path / "work"
     work.mkdir()
