@@ -18,18 +18,21 @@ demo: $(VENV)/.installed
 	$(BIN)/rlparity validate sample:tinybranches --json $(OUT)/TinyBranches.report.json --save-run $(OUT)/TinyBranches.run
 	$(BIN)/rlparity compare $(OUT)/TinyBranches.run
 	$(BIN)/rlparity diff $(OUT)/TinyWalker.onnx --ref rlparity/samples/mlagents/TinyWalker/TinyWalker-1000.onnx
+	$(BIN)/rlparity validate sample:cartpole --json $(OUT)/CartPole.report.json
+	$(BIN)/rlparity rollout sample:cartpole --env seals/CartPole-v0 --episodes 3 --json $(OUT)/CartPole.rollout.json
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/mlagents_latency.py
+	$(BIN)/python benchmarks/sb3_rollout_steps.py
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[test]"
+	$(BIN)/python -m pip install -q -e ".[test,envs]"
 	touch $@
 
 clean:

@@ -37,11 +37,23 @@ def main() -> None:
 
 def model_options(f):
     """Options shared by every command that reads a checkpoint."""
-    f = click.option("--family", default=None, help="Model family, when it cannot be detected (mlagents, ...).")(f)
+    f = click.option("--family", default=None, help="Model family, when it cannot be detected (sb3, mlagents, ...).")(f)
     f = click.option("--obs-sizes", default=None, metavar="N,N,...",
                      help="ML-Agents: sizes of the vector observations, when neither normalizer "
                           "statistics nor an official export tell them.")(f)
+    f = click.option("--vec-normalize", type=click.Path(), default=None, expose_value=False,
+                     callback=_remember_model_option, metavar="FILE",
+                     help="Stable-Baselines3: VecNormalize statistics (vec_normalize.pkl) to fold into "
+                          "the graph (default: the one beside the model, if any).")(f)
     return f
+
+
+def _remember_model_option(ctx: click.Context, param: click.Parameter, value):
+    """Options that only some families read travel to load_model in ctx.meta, so that every
+    command taking model_options keeps its signature."""
+    if value is not None:
+        ctx.meta[f"rlparity.{param.name}"] = value
+    return value
 
 
 def load_model(path: str, family: str | None, obs_sizes: str | None):
@@ -50,6 +62,9 @@ def load_model(path: str, family: str | None, obs_sizes: str | None):
     options = {}
     if obs_sizes:
         options["obs_sizes"] = _int_list(obs_sizes, "--obs-sizes")
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.meta.get("rlparity.vec_normalize"):
+        options["vec_normalize"] = ctx.meta["rlparity.vec_normalize"]
     with console.status(f"reading {path}"):
         return converters.load(path, family=family, **options)
 
@@ -244,6 +259,76 @@ def compare(runs, reference_runtime, atol, rtol, json_out):
     if not report.comparisons:
         raise UserError("nothing to compare: no runtime other than the reference has saved outputs", runs[0])
     sys.exit(0 if report.verdict == "pass" else EXIT_USER_ERROR)
+
+
+@main.command()
+@click.argument("path", type=click.Path())
+@click.option("--env", "env_id", required=True, metavar="ENV_ID",
+              help="gymnasium environment id: seals/CartPole-v0, CartPole-v1, module:Env-v0 ...")
+@click.option("--episodes", type=click.IntRange(1, 1_000_000), default=10, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Episode i is reset with seed S+i, the same on every runtime.")
+@click.option("--runtimes", default=None, metavar="LIST",
+              help="Comma-separated: torch-cpu, ort-cpu, torch-cuda:0, torch-npu:0 (default: torch-cpu, ort-cpu).")
+@click.option("--device", default=None, metavar="DEV", help="Also play with torch on this device: cuda, npu:0 ...")
+@click.option("--max-steps", type=click.IntRange(1), default=None,
+              help="Cut episodes after this many steps (default: the environment's own time limit).")
+@click.option("--opset", type=click.IntRange(7, 25), default=None, help="Opset of our export (default: the family's).")
+@click.option("--json", "json_out", metavar="FILE", help="Write the report as JSON to FILE (- for stdout).")
+@model_options
+def rollout(path, env_id, episodes, seed, runtimes, device, max_steps, opset, json_out, family, obs_sizes):
+    """Play the policy in a real environment on every runtime, with the same seeds.
+
+    Reports each runtime's mean and std of return and episode length, a sha256 fingerprint of
+    its actions, and the first step where two runtimes acted differently (exit 3).
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from rlparity.artifacts.tables import render_rollout
+    from rlparity.validators.rollout import RolloutOptions, rollout as run_rollout
+
+    model = load_model(path, family, obs_sizes)
+    options = RolloutOptions(
+        env_id=env_id, episodes=episodes, seed=seed, device=device, max_steps=max_steps, opset=opset,
+        runtimes=[r.strip() for r in runtimes.split(",") if r.strip()] if runtimes else None,
+    )
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("episodes"),
+               TextColumn("{task.fields[last]}"), TimeElapsedColumn())
+    progress = Progress(*columns, console=console, transient=True)
+    tasks = {}
+
+    def on_progress(runtime: str, done: int, total: int, last_return: float) -> None:
+        if not tasks:
+            progress.start()  # only once episodes run: a bad env id prints its one line alone
+        if runtime not in tasks:
+            tasks[runtime] = progress.add_task(runtime, total=total, last="")
+        progress.update(tasks[runtime], completed=done, last=f"last return {last_return:g}")
+
+    try:
+        report = run_rollout(model, options, on_progress=on_progress)
+    finally:
+        progress.stop()
+    report.command = " ".join(["rlparity", *sys.argv[1:]])
+    render_rollout(report.to_json(), console)
+    if json_out:
+        report.write(json_out)
+    sys.exit(rollout_exit_code(report))
+
+
+def rollout_exit_code(report) -> int:
+    """0: every runtime played alike; 3: two runtimes acted differently; 4: an accelerator is
+    missing; 1: a runtime failed."""
+    if report.extra["rollout"]["first_divergence"] is not None:
+        return EXIT_MISMATCH
+    unavailable = [r for r in report.runtimes if not r.available]
+    failed = [r for r in report.runtimes if r.available and r.error]
+    for r in unavailable:
+        console.print(f"[bold red]error:[/] {r.name}: unavailable: {escape(r.reason)}", soft_wrap=True)
+    for r in failed:
+        console.print(f"[bold red]error:[/] {r.name}: {escape(r.error)}", soft_wrap=True)
+    if unavailable:
+        return EXIT_ACCELERATOR_UNAVAILABLE
+    return EXIT_USER_ERROR if failed else 0
 
 
 if __name__ == "__main__":

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from rlparity.errors import UserError
+from rlparity.errors import NotSupportedYet, UserError
 from rlparity.spec import IOSpec
 
 if TYPE_CHECKING:
     from rlparity.validators.feeds import Feeds
+    from rlparity.validators.rollout import Controller
 
 
 class Family:
@@ -78,6 +79,17 @@ class Family:
     def tolerances(self) -> dict[str, tuple[float, float]]:
         """Per-output (atol, rtol) where the family needs other than the dtype default."""
         return {}
+
+    def decision_view(self, feeds: "Feeds", outputs: dict[str, dict[str, np.ndarray]]) -> dict[str, Any] | None:
+        """A few input rows beside the scores and the action each runtime chose on them, for
+        the report: ``{"title", "columns", "rows"}`` (e.g. a discrete policy's logits, softmax
+        probabilities and argmax). ``outputs`` maps runtime -> outputs on the full batch, whose
+        first rows are ``feeds``. None: the family shows no such view."""
+        return None
+
+    def rollout_controller(self) -> "Controller":
+        """How the policy acts in a closed loop (`rlparity rollout`, validators/rollout.py)."""
+        raise NotSupportedYet(f"playing a {self.title} in an environment (rollout)", self.source)
 
     # -- shared ------------------------------------------------------------------------
     def build_torch(self):

@@ -26,6 +26,10 @@ from rlparity.validators.runtimes import OFFICIAL, OURS, REFERENCE, Runtime, hos
 from rlparity.validators.torch_runtime import TorchRuntime
 
 
+# Rows of the inputs shown with the scores and actions behind them (Family.decision_view).
+DECISION_ROWS = 8
+
+
 @dataclass
 class ValidateOptions:
     runtimes: list[str] | None = None  # None: torch-cpu, ort-cpu, ort-ref when found, --device
@@ -133,6 +137,12 @@ def validate(family: Family, options: ValidateOptions, on_step: Callable[[str], 
         )
         report.comparisons.append(comparison.to_json())
     report.extra["outputs_digest"] = {name: digest_arrays(out) for name, out in outputs.items()}
+    if outputs:
+        first = feeds.take(min(DECISION_ROWS, feeds.batch))
+        ordered = {reference_name: outputs[reference_name], **outputs}  # the reference first
+        view = family.decision_view(first, ordered)
+        if view:
+            report.extra["decisions"] = {"reference": reference_name, "inputs_digest": first.digest, **view}
     if options.save_run is not None:
         from rlparity.artifacts.saved_run import save_run
 
