@@ -16,6 +16,8 @@ demo: $(VENV)/.installed
 	$(BIN)/rlparity export sample:tinywalker -o $(OUT)/TinyWalker.onnx
 	$(BIN)/rlparity validate sample:tinywalker --json $(OUT)/TinyWalker.report.json
 	$(BIN)/rlparity validate sample:tinybranches --json $(OUT)/TinyBranches.report.json
+	$(BIN)/rlparity package sample:tinywalker -o $(OUT)/TinyWalker --force
+	$(BIN)/rlparity publish $(OUT)/TinyWalker --repo hf://OWNER/TinyWalker --dry-run
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q
