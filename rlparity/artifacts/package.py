@@ -35,6 +35,7 @@ from rlparity.validators.validate import Validation
 MANIFEST = "MANIFEST.sha256"
 # Sections of extra that belong to the run that made a report, not to what it measured.
 RUN_SECTIONS = {"outputs_digest", "package"}
+PLOT_SUFFIXES = (".png", ".svg", ".jpg", ".jpeg", ".webp")
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -87,12 +88,15 @@ def read_reports(paths: list[Path], source_sha256: str | None) -> tuple[list[Mer
 
 
 def _bench_plot(bench: dict[str, Any], report_path: Path) -> Path | None:
-    """The bench plot a report names: a plain file name beside the report, nothing else."""
+    """The bench plot a report names: a relative path inside the report's folder, nothing else."""
     name = bench.get("plot") if isinstance(bench, dict) else None
     if not name:
         return None
-    if not isinstance(name, str) or PurePosixPath(name).name != name or name in (".", "..") or "\\" in name:
-        raise UserError(f"its bench plot must be a file name beside the report, not {name!r}", report_path)
+    if not isinstance(name, str) or not _safe_relative(name):
+        raise UserError(f"its bench plot must be a path relative to the report, inside its folder, not {name!r}",
+                        report_path)
+    if PurePosixPath(name).suffix.lower() not in PLOT_SUFFIXES:
+        raise UserError(f"its bench plot must be an image ({', '.join(PLOT_SUFFIXES)}), not {name!r}", report_path)
     plot = Path(report_path).parent / name
     if plot.is_symlink() or not plot.is_file():
         raise UserError(f"the bench plot it names, {name}, is not a file beside it", report_path)

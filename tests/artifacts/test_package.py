@@ -111,9 +111,10 @@ def test_force_replaces_a_previous_package(run_cli, tmp_path):
 
 def test_sections_from_other_reports_are_merged_with_the_plot(run_cli, tmp_path, walker_report):
     measured = tmp_path / "measured"
-    bench = write_section_report(walker_report, measured, "bench.json", {"bench": bench_section("latency.png")},
-                                 "rlparity bench sample:tinywalker --json bench.json --plot latency.png")
-    (measured / "latency.png").write_bytes(png())
+    bench = write_section_report(walker_report, measured, "bench.json", {"bench": bench_section("plots/latency.png")},
+                                 "rlparity bench sample:tinywalker --json bench.json --plot plots/latency.png")
+    (measured / "plots").mkdir()
+    (measured / "plots" / "latency.png").write_bytes(png())
     rollout = write_section_report(walker_report, measured, "rollout.json", {"rollout": rollout_section()},
                                    "rlparity rollout sample:tinywalker --json rollout.json")
     folder = tmp_path / "pkg"
@@ -134,8 +135,8 @@ def test_sections_from_other_reports_are_merged_with_the_plot(run_cli, tmp_path,
     assert done.returncode == 0 and "latency.png: OK" in done.stdout
 
 
-@pytest.mark.parametrize("case", ["another checkpoint", "escaping plot", "missing plot", "no section",
-                                  "same section twice", "not a report"])
+@pytest.mark.parametrize("case", ["another checkpoint", "escaping plot", "plot not an image", "missing plot",
+                                  "no section", "same section twice", "not a report"])
 def test_bad_reports_are_refused_before_anything_runs(run_cli, tmp_path, walker_report, case):
     folder = tmp_path / "reports"
     secret = tmp_path / "secret.png"
@@ -148,7 +149,11 @@ def test_bad_reports_are_refused_before_anything_runs(run_cli, tmp_path, walker_
         expected = "is a report on another checkpoint (sha256 000000000000..."
     elif case == "escaping plot":
         paths = [write_section_report(walker_report, folder, "r.json", {"bench": bench_section("../secret.png")}, "x")]
-        expected = "its bench plot must be a file name beside the report, not '../secret.png'"
+        expected = "its bench plot must be a path relative to the report, inside its folder, not '../secret.png'"
+    elif case == "plot not an image":
+        paths = [write_section_report(walker_report, folder, "r.json", {"bench": bench_section("README.md")}, "x")]
+        (folder / "README.md").write_text("not a plot")
+        expected = "its bench plot must be an image (.png, .svg, .jpg, .jpeg, .webp), not 'README.md'"
     elif case == "missing plot":
         paths = [write_section_report(walker_report, folder, "r.json", {"bench": bench_section()}, "x")]
         expected = "the bench plot it names, bench.png, is not a file beside it"
