@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 from urllib.parse import urlsplit, urlunsplit
@@ -95,7 +95,6 @@ class Published:
     commit: str | None = None
     branch: str | None = None
     unchanged: bool = False
-    messages: list[str] = field(default_factory=list)
 
 
 class TransientError(Exception):
@@ -327,7 +326,12 @@ def _push_with_git(folder: Path, target: Target, files: list[PlannedFile], messa
                 _require_git_lfs(git, files, target)
             local = not re.match(r"^[\w+.-]+://|^[\w.-]+@", target.location)
             depth = [] if local else ["--depth", "1"]
-            retry("cloning", lambda: git("clone", "--quiet", *depth, "--", target.location, str(work)), target.shown)
+
+            def clone():
+                shutil.rmtree(work, ignore_errors=True)  # what a failed attempt may have left
+                git("clone", "--quiet", *depth, "--", target.location, str(work))
+
+            retry("cloning", clone, target.shown)
             branch = git("symbolic-ref", "--short", "HEAD", cwd=work).stdout.strip() or "main"
             if target.lfs:
                 git("lfs", "install", "--local", cwd=work)
