@@ -20,6 +20,8 @@ demo: $(VENV)/.installed
 	$(BIN)/rlparity diff $(OUT)/TinyWalker.onnx --ref rlparity/samples/mlagents/TinyWalker/TinyWalker-1000.onnx
 	$(BIN)/rlparity validate sample:cartpole --json $(OUT)/CartPole.report.json
 	$(BIN)/rlparity rollout sample:cartpole --env seals/CartPole-v0 --episodes 3 --json $(OUT)/CartPole.rollout.json
+	$(BIN)/rlparity package sample:tinywalker -o $(OUT)/TinyWalker --force
+	$(BIN)/rlparity publish $(OUT)/TinyWalker --repo hf://OWNER/TinyWalker --dry-run
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q

@@ -331,5 +331,121 @@ def rollout_exit_code(report) -> int:
     return EXIT_USER_ERROR if failed else 0
 
 
+@main.command()
+@click.argument("path", type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(), metavar="DIR", help="The folder to write.")
+@click.option("--from-report", "from_reports", multiple=True, type=click.Path(), metavar="FILE",
+              help="A report of `rlparity bench`, `rollout` ... whose sections go into the package (repeatable).")
+@click.option("--base-model", default=None, metavar="OWNER/NAME",
+              help="The Hub repository the checkpoint comes from, for the card's base_model.")
+@click.option("--force", is_flag=True, help="Replace DIR when it already holds a package.")
+@click.option("--runtimes", default=None, metavar="LIST", help="As for `validate`.")
+@click.option("--device", default=None, metavar="DEV", help="Also run torch on this device: cuda:0, npu:0 ...")
+@click.option("--ref", "reference", type=click.Path(), default=None, help="The official ONNX export, as for `validate`.")
+@click.option("--batch", type=click.IntRange(1, 100_000), default=64, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--opset", type=click.IntRange(7, 25), default=None, help="Opset of the export (default: the family's).")
+@click.option("--draws", type=click.IntRange(16, 100_000), default=512, show_default=True)
+@model_options
+def package(path, output, from_reports, base_model, force, runtimes, device, reference, batch, seed, opset, draws,
+            family, obs_sizes):
+    """Validate PATH and write a folder with the export, the evidence and a model card."""
+    from rlparity.artifacts.package import build_package, check_base_model, check_destination, read_reports
+    from rlparity.artifacts.tables import render_validation
+    from rlparity.converters.safe_load import sha256_file
+    from rlparity.validators.validate import ValidateOptions, validate_with_arrays
+
+    check_destination(Path(output), force)  # before any work
+    check_base_model(base_model)
+    model = load_model(path, family, obs_sizes)
+    if reference is not None and not Path(reference).is_file():
+        raise UserError("no such file", reference)
+    checkpoint_sha = sha256_file(model.source) if model.source.is_file() else None
+    merged, notes = read_reports([Path(p) for p in from_reports], checkpoint_sha)
+    options = ValidateOptions(
+        runtimes=[r.strip() for r in runtimes.split(",") if r.strip()] if runtimes else None,
+        device=device, reference=Path(reference) if reference else None,
+        batch=batch, seed=seed, opset=opset, draws=draws,
+    )
+    with console.status("validating") as status:
+        validation = validate_with_arrays(model, options, on_step=lambda step: status.update(step))
+    validation.report.command = _validate_command(path, runtimes, device, reference, batch, seed, opset, draws,
+                                                  family, obs_sizes)
+    render_validation(validation.report.to_json(), console)
+    with console.status("packaging"):
+        built = build_package(validation, output, merged=merged, base_model=base_model, force=force,
+                              command=" ".join(["rlparity", *sys.argv[1:]]), notes=notes)
+    _print_package(built)
+    sys.exit(exit_code(built.report))
+
+
+def _validate_command(path, runtimes, device, reference, batch, seed, opset, draws, family, obs_sizes) -> str:
+    """The `rlparity validate` line that reproduces the packaged report."""
+    import shlex
+
+    words = ["rlparity", "validate", str(path)]
+    for flag, value, default in (("--family", family, None), ("--obs-sizes", obs_sizes, None),
+                                 ("--runtimes", runtimes, None), ("--device", device, None),
+                                 ("--ref", reference, None), ("--batch", batch, 64), ("--seed", seed, 0),
+                                 ("--opset", opset, None), ("--draws", draws, 512)):
+        if value is not None and value != default:
+            words += [flag, str(value)]
+    return " ".join(shlex.quote(w) for w in [*words, "--json", "report.json"])
+
+
+def _print_package(built) -> None:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=f"wrote {built.folder}", box=box.SIMPLE_HEAVY, title_justify="left")
+    table.add_column("file")
+    table.add_column("bytes", justify="right")
+    for name, size in built.files.items():
+        table.add_row(escape(name), f"{size:,}")
+    console.print(table)
+    for note in built.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    console.print(f"next: rlparity publish {escape(str(built.folder))} --repo hf://OWNER/NAME --dry-run")
+
+
+@main.command()
+@click.argument("folder", type=click.Path())
+@click.option("--repo", "target", required=True, metavar="TARGET",
+              help="hf://OWNER/NAME (huggingface_hub; HF_ENDPOINT for a mirror), or a git URL or path.")
+@click.option("--dry-run", is_flag=True, help="List exactly what would be pushed, and push nothing.")
+@click.option("-m", "--message", default=None, help="The commit message (default: names the model and verdict).")
+@click.option("--lfs/--no-lfs", default=None,
+              help="Git remotes: binaries as LFS with the Hub's .gitattributes (default: only for Hub hosts).")
+def publish(folder, target, dry_run, message, lfs):
+    """Push a package folder to a model repository as one commit."""
+    from rich import box
+    from rich.table import Table
+
+    from rlparity.artifacts.package import verify_package
+    from rlparity.artifacts.publish import default_message, parse_target, publish as push
+
+    repo = parse_target(target, lfs=lfs)
+    folder_path = Path(folder)
+    verify_package(folder_path)  # a changed or foreign folder is refused before anything else
+    message = message or default_message(folder_path)
+    with console.status(f"publishing to {escape(repo.shown)}"):
+        result = push(folder_path, repo, message, dry_run=dry_run,
+                      say=lambda text: console.print(f"[yellow]{escape(text)}[/]"))
+    title = f"{'would push ' if dry_run else ''}{folder} to {repo.shown}"
+    table = Table(title=escape(title), box=box.SIMPLE_HEAVY, title_justify="left")
+    for column in ("path", "bytes", "sha256", "lfs", "why"):
+        table.add_column(column, justify="right" if column == "bytes" else "left", no_wrap=column != "why")
+    for f in result.files:
+        table.add_row(escape(f.path), f"{f.size:,}", f.sha256, "yes" if f.lfs else "no", escape(f.why))
+    console.print(table)
+    if dry_run:
+        console.print(f"dry run: nothing pushed; commit message would be: {escape(message)}")
+    elif result.unchanged:
+        console.print(f"nothing to publish: {escape(repo.shown)} already holds these files (branch {result.branch})")
+    else:
+        console.print(f"[green]published[/] {len(result.files)} files to {escape(repo.shown)} "
+                      f"as commit {result.commit or '?'} on {result.branch}")
+
+
 if __name__ == "__main__":
     main()

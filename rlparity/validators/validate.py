@@ -67,7 +67,22 @@ def make_runtime(name: str, spec: IOSpec, seed: int) -> Runtime:
     raise UsageError(f"unknown runtime {name!r}: expected torch-cpu, ort-cpu, ort-ref or torch-<device> (torch-cuda:0, torch-npu:0)")
 
 
+@dataclass
+class Validation:
+    """A validation run: the report, and the arrays and export it was computed from."""
+    report: Report
+    export: bytes                               # our ONNX export, as validated
+    inputs: dict[str, np.ndarray]               # the feeds every runtime received
+    outputs: dict[str, dict[str, np.ndarray]]   # runtime -> output name -> array
+
+
 def validate(family: Family, options: ValidateOptions, on_step: Callable[[str], None] = lambda _: None) -> Report:
+    return validate_with_arrays(family, options, on_step).report
+
+
+def validate_with_arrays(family: Family, options: ValidateOptions,
+                         on_step: Callable[[str], None] = lambda _: None) -> Validation:
+    """``validate``, keeping what the report's digests refer to (for `rlparity package`)."""
     spec = family.io_spec()
     names = runtime_names(family, options)
     runtimes = {name: make_runtime(name, spec, options.seed) for name in names}  # usage errors first
@@ -150,7 +165,7 @@ def validate(family: Family, options: ValidateOptions, on_step: Callable[[str], 
         report.extra["saved_run"] = str(options.save_run)
         save_run(options.save_run, report, spec, feeds, outputs, draws, reference=reference_name,
                  tolerances=family.tolerances(), scores=scores, valid=valid)
-    return report
+    return Validation(report, ours, feeds.arrays, outputs)
 
 
 def _timed_runs(runtime: Runtime, feeds: dict[str, np.ndarray], repeats: int) -> tuple[dict, dict]:
