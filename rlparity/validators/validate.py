@@ -71,7 +71,11 @@ def validate(family: Family, options: ValidateOptions, on_step: Callable[[str], 
 
     on_step("exporting")
     ours = family.export(opset=options.opset)
-    feeds = family.make_feeds(options.batch, options.seed)
+    # Every shape the family asks for (several sequence lengths for sequence models); the
+    # first is the one timed and sampled, and the one the report's "inputs" describes.
+    shapes = family.validation_shapes(options.batch)
+    all_feeds = [family.make_feeds(shape["batch"], options.seed, **_other_axes(shape)) for shape in shapes]
+    feeds = all_feeds[0]
     stochastic = [t.name for t in spec.outputs if t.role == "stochastic"]
     draw_feeds = feeds.take(min(options.draw_rows, feeds.batch)) if stochastic else None
     models = {OURS: ours, OFFICIAL: reference_path}
@@ -88,10 +92,13 @@ def validate(family: Family, options: ValidateOptions, on_step: Callable[[str], 
         versions=library_versions(),
         host=host_info(),
     )
+    if len(shapes) > 1:
+        report.inputs["shapes"] = [{"axes": dict(shape), "rows": _row_summary(f), "digest": f.digest}
+                                   for shape, f in zip(shapes, all_feeds)]
     if reference_path is not None:
         report.reference_export = {"path": str(reference_path), **_reference_facts(reference_path, ours)}
 
-    outputs: dict[str, dict[str, np.ndarray]] = {}
+    outputs: list[dict[str, dict[str, np.ndarray]]] = [{} for _ in shapes]  # per shape, per runtime
     draws: dict[str, dict[str, np.ndarray]] = {}
     for name, runtime in runtimes.items():
         on_step(f"running {name}")
@@ -104,30 +111,56 @@ def validate(family: Family, options: ValidateOptions, on_step: Callable[[str], 
         try:
             runtime.prepare(model)
             result.info = runtime.info()
-            outputs[name], result.timing = _timed_runs(runtime, feeds.arrays, options.repeats)
+            outputs[0][name], result.timing = _timed_runs(runtime, feeds.arrays, options.repeats)
             if draw_feeds is not None:
                 draws[name] = _draw(runtime, draw_feeds, stochastic, options.draws)
+            for i, (shape, shape_feeds) in enumerate(zip(shapes[1:], all_feeds[1:]), start=1):
+                on_step(f"running {name} at {_shape_text(shape)}")
+                try:
+                    outputs[i][name] = runtime.run(shape_feeds.arrays)
+                except Exception as e:  # the shapes already run keep their results
+                    result.error = f"{type(e).__name__} at {_shape_text(shape)}: {' '.join(str(e).split())[:300]}"
+                    break
         except Exception as e:  # recorded, so that the other runtimes' results survive
             result.error = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
         finally:
             runtime.close()
 
     on_step("comparing")
-    scores = family.scores(feeds.arrays)
-    reference_name = REFERENCE if REFERENCE in outputs else next(iter(outputs), None)
-    pairs = [(reference_name, name) for name in outputs if name != reference_name]
-    if OURS in outputs and OFFICIAL in outputs and reference_name != OFFICIAL:
-        pairs.append((OFFICIAL, OURS))
-    for ref, cand in pairs:
-        comparison = compare_outputs(
-            spec, outputs[ref], outputs[cand], reference_name=ref, candidate_name=cand,
-            tolerances=family.tolerances(), scores=scores,
-            reference_draws=draws.get(ref), candidate_draws=draws.get(cand),
-            valid=family.valid_elements(feeds.arrays),
-        )
-        report.comparisons.append(comparison.to_json())
-    report.extra["outputs_digest"] = {name: digest_arrays(out) for name, out in outputs.items()}
+    masked = False
+    for i, (shape, shape_feeds) in enumerate(zip(shapes, all_feeds)):
+        shape_outputs = outputs[i]
+        scores = family.scores(shape_feeds.arrays)
+        valid = family.valid_elements(shape_feeds.arrays)
+        masked = masked or valid is not None
+        reference_name = REFERENCE if REFERENCE in shape_outputs else next(iter(shape_outputs), None)
+        pairs = [(reference_name, name) for name in shape_outputs if name != reference_name]
+        if OURS in shape_outputs and OFFICIAL in shape_outputs and reference_name != OFFICIAL:
+            pairs.append((OFFICIAL, OURS))
+        for ref, cand in pairs:
+            comparison = compare_outputs(
+                spec, shape_outputs[ref], shape_outputs[cand], reference_name=ref, candidate_name=cand,
+                tolerances=family.tolerances(), scores=scores,
+                reference_draws=draws.get(ref) if i == 0 else None,
+                candidate_draws=draws.get(cand) if i == 0 else None,
+                valid=valid,
+            )
+            data = comparison.to_json()
+            if len(shapes) > 1:
+                data["shape"] = dict(shape)
+            report.comparisons.append(data)
+    if masked and family.excluded_from_comparison:
+        report.notes.append(f"excluded from every comparison: {family.excluded_from_comparison}")
+    report.extra["outputs_digest"] = {name: digest_arrays(out) for name, out in outputs[0].items()}
     return report
+
+
+def _other_axes(shape: dict[str, int]) -> dict[str, int]:
+    return {axis: size for axis, size in shape.items() if axis != "batch"}
+
+
+def _shape_text(shape: dict[str, int]) -> str:
+    return ", ".join(f"{axis} {size}" for axis, size in shape.items())
 
 
 def _timed_runs(runtime: Runtime, feeds: dict[str, np.ndarray], repeats: int) -> tuple[dict, dict]:
