@@ -507,7 +507,6 @@ def _decision_transformer(config: dict):
     head_dim = h // heads
     eps = config["layer_norm_epsilon"]
     act = _activation(config["activation_function"])
-    blocked = torch.finfo(torch.float32).min  # finite: a fully masked row stays NaN-free
 
     class Conv1D(nn.Module):
         """GPT-2's linear layer: weight stored [in, out]; y = bias + x @ weight (addmm, as transformers)."""
@@ -539,7 +538,9 @@ def _decision_transformer(config: dict):
             shape = (*x.shape[:-1], -1, head_dim)
             query, key, value = (t.view(shape).transpose(1, 2) for t in (query, key, value))
             scores = torch.matmul(query, key.transpose(-1, -2)) * self.scaling
-            scores = scores.masked_fill(~allowed, blocked)
+            # The dtype's lowest finite value, not -inf: a fully masked row stays NaN-free in
+            # any precision (a NaN there would leak into real positions through 0 * NaN).
+            scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
             # A query that may attend to nothing (a padded position with only padding before
             # it) gets zeros, as torch's scaled_dot_product_attention returns for it.
             weights = torch.softmax(scores, dim=-1) * has_key

@@ -335,3 +335,20 @@ def test_pickle_weights_of_a_transformers_model_load(tmp_path):
         out = model(**{k: torch.from_numpy(v) for k, v in feeds.items()}, return_dict=True)
     assert_close_where_unpadded(torch_outputs(family, feeds), {n: out[n].numpy() for n in OUTPUTS},
                                 feeds["attention_mask"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_reduced_precision_keeps_padding_finite(dtype):
+    """In half precision a -inf mask would turn fully padded rows into NaN that leaks into
+    real positions (0 * NaN); the rebuild masks with the dtype's lowest finite value."""
+    import copy
+
+    family = DecisionTransformer.load(TINYHOPPER)
+    oracle = dict(np.load(DATA / "TinyHopper.oracle.npz"))
+    module = copy.deepcopy(family.build_torch()).to(dtype)
+    args = [torch.from_numpy(oracle[n]) for n in family.io_spec().input_names]
+    with torch.no_grad():
+        out = module(*(a.to(dtype) if a.is_floating_point() else a for a in args))
+    got = {n: o.float().numpy() for n, o in zip(OUTPUTS, out)}
+    assert all(np.isfinite(v).all() for v in got.values())
+    assert_close_where_unpadded(got, oracle, oracle["attention_mask"], atol=0.1, rtol=0.05)
