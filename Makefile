@@ -16,18 +16,20 @@ demo: $(VENV)/.installed
 	$(BIN)/rlparity export sample:tinywalker -o $(OUT)/TinyWalker.onnx
 	$(BIN)/rlparity validate sample:tinywalker --json $(OUT)/TinyWalker.report.json
 	$(BIN)/rlparity validate sample:tinybranches --json $(OUT)/TinyBranches.report.json
+	$(BIN)/rlparity validate sample:tinyhopper --json $(OUT)/TinyHopper.report.json
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/mlagents_latency.py
+	$(BIN)/python benchmarks/dt_rollout_steps.py
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[test]"
+	$(BIN)/python -m pip install -q -e ".[test,envs]"
 	touch $@
 
 clean:
