@@ -22,6 +22,7 @@ demo: $(VENV)/.installed
 	$(BIN)/rlparity rollout sample:cartpole --env seals/CartPole-v0 --episodes 3 --json $(OUT)/CartPole.rollout.json
 	$(BIN)/rlparity package sample:tinywalker -o $(OUT)/TinyWalker --force
 	$(BIN)/rlparity publish $(OUT)/TinyWalker --repo hf://OWNER/TinyWalker --dry-run
+	$(BIN)/rlparity validate sample:tinyhopper --json $(OUT)/TinyHopper.report.json
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q
@@ -29,6 +30,7 @@ test: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/mlagents_latency.py
 	$(BIN)/python benchmarks/sb3_rollout_steps.py
+	$(BIN)/python benchmarks/dt_rollout_steps.py
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)

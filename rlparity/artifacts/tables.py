@@ -94,6 +94,8 @@ def runtimes_table(report: dict[str, Any]) -> Table:
 
 def comparison_table(c: dict[str, Any]) -> Table:
     title = f"{c['candidate']} vs {c['reference']}"
+    if c.get("shape"):  # validated at several shapes: say which one
+        title += "  (" + ", ".join(f"{axis} {size}" for axis, size in c["shape"].items()) + ")"
     tolerances = {(o["atol"], o["rtol"]) for o in c["outputs"] if o["rule"] == "elementwise" and o.get("atol") is not None}
     caption = "; ".join(f"element-wise: |a-b| <= {fmt(a)} + {fmt(r)}*|ref|" for a, r in sorted(tolerances))
     table = Table(title=title, caption=caption or None, box=box.SIMPLE_HEAVY, title_justify="left",
@@ -142,6 +144,10 @@ def render_validation(report: dict[str, Any], console: Console) -> None:
     inputs = report["inputs"]
     rows = ", ".join(f"{n} {k}" for k, n in inputs["rows"].items())
     lines.append(escape(f"inputs: batch {inputs['batch']} ({rows}), seed {inputs['seed']}, {inputs['digest'][:23]}..."))
+    if inputs.get("shapes"):
+        shapes = "; ".join(", ".join(f"{axis} {size}" for axis, size in shape["axes"].items())
+                           for shape in inputs["shapes"])
+        lines.append(escape(f"validated at {len(inputs['shapes'])} shapes: {shapes}"))
     console.print(Panel("\n".join(lines), title="rlparity validate", expand=False))
     console.print(runtimes_table(report))
     for c in report["comparisons"]:

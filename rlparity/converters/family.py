@@ -66,15 +66,29 @@ class Family:
         """Reference scores (logits, probabilities) behind discrete actions, for tie checks."""
         return {}
 
-    def make_feeds(self, batch: int, seed: int) -> "Feeds":
-        """Validation inputs; families with structured inputs (sequences, padding) override."""
+    def make_feeds(self, batch: int, seed: int, **axes: int) -> "Feeds":
+        """Validation inputs; families with structured inputs (sequences, padding) override.
+
+        ``axes``: sizes of the other symbolic axes (e.g. ``sequence=5``); default: io_spec().axes.
+        """
         from rlparity.validators.feeds import make_feeds
 
-        return make_feeds(self.io_spec(), batch, seed)
+        return make_feeds(self.io_spec(), batch, seed, axes=axes)
+
+    def validation_shapes(self, batch: int) -> list[dict[str, int]]:
+        """The sizes of the symbolic axes to validate at, the first one timed and sampled.
+
+        One shape by default; families whose graphs take a dynamic sequence validate at
+        several lengths, not only the one the export was traced with.
+        """
+        return [{"batch": batch}]
 
     def valid_elements(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
         """Per output, a boolean mask of the elements to compare (e.g. padding excluded)."""
         return None
+
+    # What valid_elements() leaves out, in words, for the report (e.g. "padded positions").
+    excluded_from_comparison: ClassVar[str] = ""
 
     def tolerances(self) -> dict[str, tuple[float, float]]:
         """Per-output (atol, rtol) where the family needs other than the dtype default."""
