@@ -23,6 +23,7 @@ demo: $(VENV)/.installed
 	$(BIN)/rlparity package sample:tinywalker -o $(OUT)/TinyWalker --force
 	$(BIN)/rlparity publish $(OUT)/TinyWalker --repo hf://OWNER/TinyWalker --dry-run
 	$(BIN)/rlparity validate sample:tinyhopper --json $(OUT)/TinyHopper.report.json
+	$(BIN)/rlparity rollout sample:tinyhopper --env Hopper-v5 --episodes 2 --json $(OUT)/TinyHopper.rollout.json
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q

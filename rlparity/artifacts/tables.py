@@ -239,8 +239,11 @@ def rollout_verdict_line(report: dict[str, Any]) -> Text:
     played = len(section["results"])
     if divergence:
         a, b = divergence["runtimes"]
-        return Text(f"verdict: MISMATCH: {b} acted differently from {a} first at episode {divergence['episode']}, "
-                    f"step {divergence['step']} (max_abs {divergence['max_abs']:.3g})", style="bold red")
+        where = f"episode {divergence['episode']}, step {divergence['step']} (max_abs {divergence['max_abs']:.3g})"
+        if all(c["passed"] for c in report["comparisons"]):
+            return Text(f"verdict: PASS within tolerance: {b} first acted differently from {a} at {where}, "
+                        "within float tolerance; later differences are closed-loop drift (see above)", style="bold green")
+        return Text(f"verdict: MISMATCH: {b} acted differently from {a} first at {where}", style="bold red")
     if played < len(report["runtimes"]) or played == 0:
         return Text("verdict: INCOMPLETE (a runtime did not play)", style="bold yellow")
     if played == 1:

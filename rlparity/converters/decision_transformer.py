@@ -231,13 +231,17 @@ class DecisionTransformer(Family):
         }
 
     # -- the control loop's settings ---------------------------------------------------
-    def rollout_settings(self, **overrides: Any) -> "RolloutSettings":
+    def rollout_settings(self, settings_file: Path | None = None, **overrides: Any) -> "RolloutSettings":
         """Normalization, target return and context for the control loop.
 
-        From ``rollout.json`` beside config.json when present, else hopper-medium's (for
-        11-dimensional states); ``overrides`` (e.g. from command-line options) win.
+        From ``settings_file``, else ``rollout.json`` beside config.json when present, else
+        hopper-medium's (for 11-dimensional states); ``overrides`` (e.g. from command-line
+        options) win.
         """
-        settings = self._stored_settings()
+        if settings_file is not None:
+            settings = _read_rollout_settings(self.folder, self.config, Path(settings_file))
+        else:
+            settings = self._stored_settings()
         values = {k: v for k, v in overrides.items() if v is not None}
         if values:
             settings = RolloutSettings(**{**settings.__dict__, **values, "source": settings.source + " with overrides"})
@@ -253,10 +257,13 @@ class DecisionTransformer(Family):
             self._settings = _read_rollout_settings(self.folder, self.config)
         return self._settings
 
-    def controller(self, **overrides: Any) -> "DecisionTransformerController":
+    def controller(self, settings_file: Path | None = None, **overrides: Any) -> "DecisionTransformerController":
         c = self.config
         return DecisionTransformerController(c["state_dim"], c["act_dim"], c["max_ep_len"],
-                                             self.rollout_settings(**overrides))
+                                             self.rollout_settings(settings_file, **overrides))
+
+    def rollout_controller(self, settings_file: Path | None = None, **overrides: Any) -> "DecisionTransformerController":
+        return self.controller(settings_file, **overrides)
 
 
 # -- reading config.json and the weights -----------------------------------------------------
@@ -668,7 +675,8 @@ class RolloutSettings:
             raise UserError(f"context_length must be a positive integer, found {k!r}", where)
 
 
-def _read_rollout_settings(folder: Path, config: dict) -> RolloutSettings:
+def _read_rollout_settings(folder: Path, config: dict, path: Path | None = None) -> RolloutSettings:
+    """Settings from ``path`` (which must exist), else from rollout.json beside the model if any."""
     state_dim = config["state_dim"]
     hopper = state_dim == len(HOPPER_MEDIUM_MEAN)
     settings = RolloutSettings(
@@ -677,7 +685,9 @@ def _read_rollout_settings(folder: Path, config: dict) -> RolloutSettings:
         context_length=config.get("max_length") or DEFAULT_CONTEXT,
         source="hopper-medium defaults" if hopper else "none",
     )
-    path = folder / ROLLOUT_SETTINGS
+    if path is not None:
+        require_file(path)
+    path = path or folder / ROLLOUT_SETTINGS
     if path.is_file():
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
@@ -700,10 +710,11 @@ def _read_rollout_settings(folder: Path, config: dict) -> RolloutSettings:
 class DecisionTransformerController:
     """The autoregressive control loop of the Hugging Face Decision Transformer example.
 
-    Per episode: ``reset(first_observation)``, then ``act(observation, reward, run)`` once
-    per step, where ``observation`` is the one to act on (the first observation at the
-    first step) and ``reward`` the reward of the previous step (ignored at the first).
-    ``run(feeds) -> outputs`` is any runtime: the torch rebuild, onnxruntime, an accelerator.
+    It is a rollout Controller (validators/rollout.py): per episode ``reset(first_observation)``,
+    then per step ``act(observation, run)`` and ``observe(reward)`` with the reward that
+    action earned. ``observation`` is the one to act on (the first observation at the first
+    step); ``run(feeds) -> outputs`` is any runtime: the torch rebuild, onnxruntime, an
+    accelerator.
 
     As in the example: states are normalized ((s - mean) / std in float64, then float32),
     the return-to-go starts at target_return / return_scale and drops by reward / scale
@@ -733,7 +744,20 @@ class DecisionTransformerController:
         self.actions: list[np.ndarray] = []
         self.returns = [self.target]
         self.timesteps = [0]
+        self.last_reward = 0.0
         self.reset_needed = False
+
+    def observe(self, reward: float) -> None:
+        """The reward the last action earned: the return-to-go drops by it at the next step."""
+        self.last_reward = float(reward)
+
+    def check_env(self, env: Any, env_id: str) -> None:
+        """The environment observes state_dim values and takes act_dim continuous actions."""
+        obs_shape = tuple(getattr(env.observation_space, "shape", None) or ())
+        act_shape = tuple(getattr(env.action_space, "shape", None) or ())
+        if obs_shape != (self.state_dim,) or act_shape != (self.act_dim,) or getattr(env.action_space, "n", None):
+            raise UserError(f"the environment observes {list(obs_shape)} and acts in {env.action_space}; the model "
+                            f"takes {self.state_dim} states and gives {self.act_dim} continuous actions", env_id)
 
     def feeds(self) -> dict[str, np.ndarray]:
         """The model inputs for the next decision: the last K steps, left-padded to K."""
@@ -751,13 +775,13 @@ class DecisionTransformerController:
             "attention_mask": np.concatenate([np.zeros(pad, np.int64), np.ones(n, np.int64)])[None],
         }
 
-    def act(self, observation: np.ndarray, reward_of_last_step: float | None,
+    def act(self, observation: np.ndarray,
             run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]) -> np.ndarray:
         if self.reset_needed:
             raise RuntimeError("call reset(first_observation) before act()")
         if self.actions:  # the previous action's outcome: a new state, less return to go
             self.states.append(self.normalize(observation))
-            reward = np.float32(float(reward_of_last_step or 0.0) / self.scale)
+            reward = np.float32(self.last_reward / self.scale)
             self.returns.append(np.float32(self.returns[-1] - reward))
             self.timesteps.append(min(self.timesteps[-1] + 1, self.max_ep_len - 1))
         elif not np.array_equal(np.asarray(observation).reshape(self.state_dim), self.first_observation):

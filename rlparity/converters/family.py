@@ -101,8 +101,12 @@ class Family:
         first rows are ``feeds``. None: the family shows no such view."""
         return None
 
-    def rollout_controller(self) -> "Controller":
-        """How the policy acts in a closed loop (`rlparity rollout`, validators/rollout.py)."""
+    def rollout_controller(self, **settings: Any) -> "Controller":
+        """How the policy acts in a closed loop (`rlparity rollout`, validators/rollout.py).
+
+        ``settings``: the loop's options from the command line (a Decision Transformer's
+        ``settings_file`` and ``target_return``); families without any refuse them.
+        """
         raise NotSupportedYet(f"playing a {self.title} in an environment (rollout)", self.source)
 
     # -- shared ------------------------------------------------------------------------

@@ -36,7 +36,7 @@ import numpy as np
 from rlparity.converters.family import Family
 from rlparity.converters.safe_load import (PickleRefused, load_restricted_pickle, load_torch_bytes, require_file,
                                            sha256_file)
-from rlparity.errors import NotSupportedYet, UserError
+from rlparity.errors import NotSupportedYet, UsageError, UserError
 from rlparity.spec import IOSpec, TensorSpec
 
 VEC_NORMALIZE_FILE = "vec_normalize.pkl"
@@ -285,8 +285,11 @@ class SB3Policy(Family):
                 "logits, softmax probabilities and argmax" if action["type"] == "Discrete" else "mean and action")
         return {"title": f"Decisions on the first {rows} inputs: {what}", "columns": columns, "rows": table}
 
-    def rollout_controller(self):
+    def rollout_controller(self, **settings: Any):
         from rlparity.validators.rollout import StatelessController
+
+        if any(value is not None for value in settings.values()):
+            raise UsageError(f"{', '.join(sorted(settings))}: a Stable-Baselines3 policy's rollout takes no such setting")
 
         action = self.arch["action"]
         return StatelessController(

@@ -33,11 +33,13 @@ import numpy as np
 from rlparity.artifacts.report import Report, RuntimeResult, library_versions
 from rlparity.converters.family import Family
 from rlparity.errors import UsageError, UserError
-from rlparity.validators.compare import Comparison, OutputComparison
+from rlparity.validators.compare import DEFAULT_TOLERANCES, Comparison, OutputComparison
 from rlparity.validators.runtimes import OFFICIAL, OURS, REFERENCE, host_info, runtime_for_device
 from rlparity.validators.validate import _sha256, _source_facts, make_runtime
 
 Run = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+# Where continuous actions first differ, histories were identical: float32's element-wise rule.
+ACTION_ATOL, ACTION_RTOL = DEFAULT_TOLERANCES["float32"]
 # Environment namespaces whose package registers them on import.
 ENV_PACKAGES = {"seals": "seals"}
 ENVS_EXTRA = "pip install 'rlparity[envs]'"
@@ -96,6 +98,7 @@ class RolloutOptions:
     device: str | None = None
     max_steps: int | None = None       # cut episodes longer than this (default: the env's limit)
     opset: int | None = None
+    settings: dict[str, Any] = field(default_factory=dict)  # the family's loop options (target return...)
 
 
 @dataclass
@@ -205,6 +208,7 @@ def first_divergence(reference: Episodes, candidate: Episodes) -> dict[str, Any]
             if a.dtype != b.dtype or a.shape != b.shape or a.tobytes() != b.tobytes():
                 diff = np.abs(a.astype(np.float64) - b.astype(np.float64)) if a.shape == b.shape else np.array([np.inf])
                 return {"episode": episode, "step": step, "max_abs": float(diff.max()),
+                        "within_tolerance": a.dtype.kind == "f" and _within_tolerance(a, b),
                         "reference_action": a.tolist(), "candidate_action": b.tolist()}
         if len(ref) != len(cand):  # same actions, yet one episode ended sooner: the environment differed
             return {"episode": episode, "step": min(len(ref), len(cand)), "max_abs": 0.0,
@@ -221,7 +225,7 @@ def rollout(family: Family, options: RolloutOptions,
     if options.episodes < 1:
         raise UsageError("--episodes must be at least 1")
     spec = family.io_spec()
-    controller = family.rollout_controller()
+    controller = family.rollout_controller(**options.settings)
     names = runtime_names(options)
     runtimes = {name: make_runtime(name, spec, options.seed) for name in names}  # usage errors first
     env = make_env(options.env_id)
@@ -276,7 +280,14 @@ def rollout(family: Family, options: RolloutOptions,
 
 
 def _compare(played: dict[str, Episodes]) -> list[Comparison]:
-    """Every runtime's action sequence against the reference's (the first that played)."""
+    """Every runtime's action sequence against the reference's (the first that played).
+
+    Actions must be identical, with one allowance for continuous actions: where two runtimes
+    first act differently their histories were still identical, so that first difference is
+    an element-wise comparison of the same inputs and passes within float tolerance. Every
+    later difference is closed-loop drift (the states themselves differ by then); its size
+    and where it first exceeded tolerance are reported, never hidden.
+    """
     if len(played) < 2:
         return []
     reference_name = REFERENCE if REFERENCE in played else next(iter(played))
@@ -292,15 +303,56 @@ def _compare(played: dict[str, Episodes]) -> list[Comparison]:
         )
         metrics = {"episodes": len(record.actions), "steps": record.steps, "identical_episodes": identical_episodes,
                    "first_divergence": divergence}
+        passed = divergence is None
         if divergence is None:
             note = f"identical actions at all {record.steps:,} steps"
         else:
             note = (f"first divergence: episode {divergence['episode']}, step {divergence['step']} "
                     f"(max_abs {divergence['max_abs']:.3g}); {identical_episodes} of {len(record.actions)} episodes identical")
-        output = OutputComparison("actions", "closed-loop", divergence is None, metrics,
-                                  note=note, scope=f"{len(record.actions)} episodes, {record.steps:,} steps")
+            if _continuous(reference):
+                drift = closed_loop_drift(reference, record)
+                metrics.update(drift)
+                passed = divergence.get("within_tolerance", False)
+                note += (f"; first difference {'within' if passed else 'beyond'} tolerance; closed-loop drift: "
+                         f"max_abs {drift['max_abs']:.3g}, returns differ by up to {drift['max_return_diff']:.3g}")
+                if drift["beyond_tolerance"]:
+                    where = drift["beyond_tolerance"]
+                    note += f", beyond tolerance from episode {where['episode']} step {where['step']}"
+        output = OutputComparison("actions", "closed-loop", passed, metrics, note=note,
+                                  atol=ACTION_ATOL, rtol=ACTION_RTOL,
+                                  scope=f"{len(record.actions)} episodes, {record.steps:,} steps")
         comparisons.append(Comparison(reference_name, name, [output]))
     return comparisons
+
+
+def _continuous(record: Episodes) -> bool:
+    first = next((steps[0] for steps in record.actions if steps), None)
+    return first is not None and first.dtype.kind == "f"
+
+
+def _within_tolerance(a: np.ndarray, b: np.ndarray) -> bool:
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    return a.shape == b.shape and bool((np.abs(a64 - b64) <= ACTION_ATOL + ACTION_RTOL * np.abs(a64)).all())
+
+
+def closed_loop_drift(reference: Episodes, candidate: Episodes) -> dict[str, Any]:
+    """How far two runtimes' continuous actions drift apart over the aligned steps."""
+    max_abs, beyond, per_episode = 0.0, None, []
+    for episode, (ref, cand) in enumerate(zip(reference.actions, candidate.actions)):
+        worst = 0.0
+        for step, (a, b) in enumerate(zip(ref, cand)):
+            if a.shape != b.shape:
+                continue
+            diff = float(np.abs(a.astype(np.float64) - b.astype(np.float64)).max()) if a.size else 0.0
+            worst = max(worst, diff)
+            if beyond is None and not _within_tolerance(a, b):
+                beyond = {"episode": episode, "step": step, "max_abs": diff}
+        per_episode.append(worst)
+        max_abs = max(max_abs, worst)
+    return_diffs = [abs(a - b) for a, b in zip(reference.returns, candidate.returns)]
+    return {"max_abs": max_abs, "max_abs_per_episode": per_episode, "beyond_tolerance": beyond,
+            "max_return_diff": max(return_diffs, default=0.0),
+            "length_diffs": [b - a for a, b in zip(reference.lengths, candidate.lengths)]}
 
 
 def _rollout_section(options: RolloutOptions, played: dict[str, Episodes]) -> dict[str, Any]:
@@ -327,7 +379,8 @@ def _rollout_section(options: RolloutOptions, played: dict[str, Episodes]) -> di
             found = first_divergence(played[reference_name], played[name])
             if found is not None:
                 divergences.append({"episode": found["episode"], "step": found["step"],
-                                     "runtimes": [reference_name, name], "max_abs": found["max_abs"]})
+                                     "runtimes": [reference_name, name], "max_abs": found["max_abs"],
+                                     "within_tolerance": found.get("within_tolerance", False)})
     divergences.sort(key=lambda d: (d["episode"], d["step"]))
     return {
         "env_id": options.env_id,

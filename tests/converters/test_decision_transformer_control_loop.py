@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from rlparity.validators.rollout import play
 from rlparity.converters.decision_transformer import (
     HOPPER_MEDIUM_MEAN, HOPPER_MEDIUM_STD, DecisionTransformer, DecisionTransformerController, RolloutSettings,
 )
@@ -56,12 +57,19 @@ def _recording_run(act_dim, calls):
     return run
 
 
+def _step(controller, observation, reward, run):
+    """One step of the rollout protocol: the reward the last action earned, then the next action."""
+    if reward is not None:
+        controller.observe(reward)
+    return controller.act(observation, run)
+
+
 def test_first_step_is_left_padded_to_the_context():
     settings = RolloutSettings(np.zeros(2), np.full(2, 2.0), target_return=3600.0, return_scale=1000.0, context_length=4)
     controller = DecisionTransformerController(state_dim=2, act_dim=1, max_ep_len=10, settings=settings)
     calls = []
     controller.reset(np.array([2.0, 4.0]))
-    action = controller.act(np.array([2.0, 4.0]), None, _recording_run(1, calls))
+    action = controller.act(np.array([2.0, 4.0]), _recording_run(1, calls))
     assert action.tolist() == [0.25]
     feeds = calls[0]
     assert feeds["attention_mask"].tolist() == [[0, 0, 0, 1]]
@@ -80,9 +88,9 @@ def test_window_slides_returns_drop_and_timesteps_stop_at_max_ep_len():
     calls = []
     run = _recording_run(1, calls)
     controller.reset(np.array([0.0]))
-    controller.act(np.array([0.0]), None, run)
+    _step(controller, np.array([0.0]), None, run)
     for t in range(1, 7):
-        controller.act(np.array([float(t)]), 2.0, run)  # each step earns 2.0, i.e. 0.2 scaled
+        _step(controller, np.array([float(t)]), 2.0, run)  # each step earns 2.0, i.e. 0.2 scaled
     last = calls[-1]
     assert last["attention_mask"].tolist() == [[1, 1, 1]]
     assert last["states"][0, :, 0].tolist() == [4.0, 5.0, 6.0]
@@ -95,7 +103,7 @@ def test_window_slides_returns_drop_and_timesteps_stop_at_max_ep_len():
     assert last["actions"][0, :, 0].tolist() == [0.25 * 5, 0.25 * 6, 0.0]
     with pytest.raises(ValueError, match="observation given to reset"):
         controller.reset(np.array([1.0]))
-        controller.act(np.array([2.0]), None, run)
+        _step(controller, np.array([2.0]), None, run)
 
 
 # -- the Hugging Face example's loop as the oracle ----------------------------------------------
@@ -172,7 +180,7 @@ def test_controller_takes_the_hf_example_actions_with_every_runtime(name):
     for runtime, run in {"transformers": transformers_run, **_runtimes(family)}.items():
         controller = family.controller()
         controller.reset(observations[0])
-        actions = [controller.act(observations[t], rewards[t - 1] if t else None, run) for t in range(30)]
+        actions = [_step(controller, observations[t], rewards[t - 1] if t else None, run) for t in range(30)]
         # The example casts the first state to float32 before normalizing; the controller
         # normalizes in float64: the only difference, far below float32 model noise.
         np.testing.assert_allclose(np.array(actions), hf_actions, atol=1e-5, rtol=0, err_msg=runtime)
@@ -186,18 +194,9 @@ def test_closed_loop_torch_and_onnxruntime_in_hopper(name):
     for seed in range(2):
         trajectories = {}
         for runtime, run in runs.items():
-            env = _hopper()
-            obs, _ = env.reset(seed=seed)
-            controller = family.controller()
-            controller.reset(obs)
-            reward, actions, total = None, [], 0.0
-            for _ in range(60):
-                actions.append(controller.act(obs, reward, run))
-                obs, reward, terminated, truncated, _ = env.step(actions[-1])
-                total += reward
-                if terminated or truncated:
-                    break
-            trajectories[runtime] = (np.array(actions), total)
+            # the rollout command's own loop: reset, then act and observe at every step
+            record = play(_hopper(), family.controller(), run, episodes=1, seed=seed, max_steps=60)
+            trajectories[runtime] = (np.array(record.actions[0]), record.returns[0])
         (a, ra), (b, rb) = trajectories.values()
         assert a.shape == b.shape and len(a) > 1
         assert np.abs(a).max() <= 1.0  # tanh-squashed actions

@@ -59,7 +59,8 @@ def test_a_runtime_that_acts_differently_is_caught_at_its_first_step(run_cli, tm
     report = json.loads((tmp_path / "r.json").read_text())
     section = report["extra"]["rollout"]
     assert section["identical_actions"] is False
-    assert section["first_divergence"] == {"episode": 1, "step": 230, "runtimes": ["torch-cpu", "ort-cpu"], "max_abs": 1.0}
+    assert section["first_divergence"] == {"episode": 1, "step": 230, "runtimes": ["torch-cpu", "ort-cpu"], "max_abs": 1.0,
+                                           "within_tolerance": False}
     fingerprints = {r["runtime"]: r["fingerprint"] for r in section["results"]}
     assert fingerprints["torch-cpu"] != fingerprints["ort-cpu"]
     assert report["verdict"] == "mismatch"
