@@ -14,7 +14,6 @@ a failure never leaves half a package, nor damages the one that was there.
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -29,6 +28,7 @@ import numpy as np
 
 from rlparity.artifacts.card import PACKAGE_FILES, model_name, render_card
 from rlparity.artifacts.report import Report
+from rlparity.converters.safe_load import sha256_file
 from rlparity.errors import UserError
 from rlparity.validators.validate import Validation
 
@@ -225,17 +225,9 @@ def environment(report: Report, merged: list[MergedReport]) -> dict[str, Any]:
 
 
 # -- the manifest --------------------------------------------------------------------
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def write_manifest(folder: Path) -> Path:
     """MANIFEST.sha256 for every file under ``folder``, as `sha256sum` writes it."""
-    lines = [f"{sha256_of(folder / rel)}  {rel}" for rel in _walk(folder) if rel != MANIFEST]
+    lines = [f"{sha256_file(folder / rel)}  {rel}" for rel in _walk(folder) if rel != MANIFEST]
     manifest = folder / MANIFEST
     manifest.write_text("\n".join(lines) + "\n")
     return manifest
@@ -270,10 +262,10 @@ def verify_package(folder: str | Path) -> dict[str, tuple[int, str]]:
         path = folder / rel
         if rel not in present:
             raise UserError(f"is listed in {MANIFEST} but missing", path)
-        if sha256_of(path) != expected:
+        if sha256_file(path) != expected:
             raise UserError(f"does not match its sha256 in {MANIFEST} (changed after packaging?)", path)
         files[rel] = (path.stat().st_size, expected)
-    files[MANIFEST] = (manifest.stat().st_size, sha256_of(manifest))
+    files[MANIFEST] = (manifest.stat().st_size, sha256_file(manifest))
     return files
 
 
