@@ -79,6 +79,11 @@ class Family:
         """Per-output (atol, rtol) where the family needs other than the dtype default."""
         return {}
 
+    def float32_modules(self) -> list[str]:
+        """Submodules of the rebuild that stay float32 when it runs in a lower precision:
+        accumulated statistics (running variances, step counts) overflow float16."""
+        return []
+
     # -- shared ------------------------------------------------------------------------
     def build_torch(self):
         """The pure-PyTorch rebuild, in eval mode on the CPU (built once, then shared)."""
