@@ -16,18 +16,21 @@ demo: $(VENV)/.installed
 	$(BIN)/rlparity export sample:tinywalker -o $(OUT)/TinyWalker.onnx
 	$(BIN)/rlparity validate sample:tinywalker --json $(OUT)/TinyWalker.report.json
 	$(BIN)/rlparity validate sample:tinybranches --json $(OUT)/TinyBranches.report.json
+	$(BIN)/rlparity npu-check sample:tinywalker --device cpu --json $(OUT)/TinyWalker.npu-check.json
+	$(BIN)/rlparity bench sample:tinywalker --batch 1,8,64 --runs 100 --json $(OUT)/TinyWalker.bench.json --plot $(OUT)/TinyWalker.bench.png
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/mlagents_latency.py
+	$(BIN)/python benchmarks/bench_vs_bare_loop.py
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[test]"
+	$(BIN)/python -m pip install -q -e ".[test,plot]"
 	touch $@
 
 clean:

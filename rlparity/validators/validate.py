@@ -37,6 +37,8 @@ class ValidateOptions:
     draws: int = 512                   # samples per element for stochastic outputs
     draw_rows: int = 8                 # rows of the batch the draws are taken on
     repeats: int = 20                  # timed calls per runtime after the first
+    dtypes: list[str] | None = None    # precision sweep: torch on the device in each dtype
+    extra_pairs: list[tuple[str, str]] | None = None  # (reference, candidate) comparisons to add
 
 
 def runtime_names(family: Family, options: ValidateOptions) -> list[str]:
@@ -118,6 +120,9 @@ def validate(family: Family, options: ValidateOptions, on_step: Callable[[str], 
     pairs = [(reference_name, name) for name in outputs if name != reference_name]
     if OURS in outputs and OFFICIAL in outputs and reference_name != OFFICIAL:
         pairs.append((OFFICIAL, OURS))
+    for pair in options.extra_pairs or []:
+        if pair[0] in outputs and pair[1] in outputs and pair[0] != pair[1] and pair not in pairs:
+            pairs.append(pair)
     for ref, cand in pairs:
         comparison = compare_outputs(
             spec, outputs[ref], outputs[cand], reference_name=ref, candidate_name=cand,
@@ -127,6 +132,15 @@ def validate(family: Family, options: ValidateOptions, on_step: Callable[[str], 
         )
         report.comparisons.append(comparison.to_json())
     report.extra["outputs_digest"] = {name: digest_arrays(out) for name, out in outputs.items()}
+    if options.dtypes:
+        from rlparity.validators.precision import precision_sweep
+
+        report.extra["precision"] = precision_sweep(
+            family, options.dtypes, options.device or "cpu", feeds, seed=options.seed,
+            draw_feeds=draw_feeds, draws=options.draws,
+            reference=outputs.get(REFERENCE), reference_draws=draws.get(REFERENCE), scores=scores,
+            on_step=on_step,
+        )
     return report
 
 
