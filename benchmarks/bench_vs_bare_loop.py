@@ -80,8 +80,7 @@ def main() -> None:
 
     family = converters.load(args.run_folder)
     print(f"model: {family.source}")
-    print(f"command: python benchmarks/bench_vs_bare_loop.py {args.run_folder} --runs {args.runs} "
-          f"--warmup {args.warmup} --rounds {args.rounds} --batch {args.batch}")
+    print(f"command: python {' '.join(sys.argv)}  (runs {args.runs}, warmup {args.warmup}, rounds {args.rounds})")
     print(f"{'batch':>5}  {'what':<22} {'bench p50 us':>13} {'bare p50 us':>12} {'bench/bare':>10}  goal <= {1 + GOAL:.2f}")
     worst = 0.0
     for batch in [int(b) for b in args.batch.split(",")]:

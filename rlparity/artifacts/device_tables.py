@@ -71,8 +71,7 @@ def render_bench(report: dict[str, Any], console: Console) -> None:
                          no_wrap=column != "runtime")
     for r in bench["results"]:
         label = r["runtime"] + (" graph" if r["graph"] else "") + (f" {r['dtype']}" if r["dtype"] != "float32" else "")
-        match = r.get("matches_reference")
-        check = Text("reference", style="dim") if match is None else verdict_text(match)
+        check = verdict_text(r.get("matches_reference"))
         table.add_row(label, str(r["batch"]), _us(r["first_call_ms"]), _us(r["min_ms"]), _us(r["p50_ms"]),
                       _us(r["p90_ms"]), _us(r["p99_ms"]), _us(r["max_ms"]),
                       f"{r['decisions_per_s']:,.0f}", _us(r.get("forward_p50_ms")), check)

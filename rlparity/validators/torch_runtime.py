@@ -146,6 +146,7 @@ class TorchRuntime(Runtime):
             torch.manual_seed(self.seed)
         # Looked up once: run() is timed by `bench`, where microseconds count.
         self._device, self._dtype = torch.device(self.device), getattr(torch, self.dtype)
+        self._on_host = self.device == "cpu"
         self._outputs = [(t.name, getattr(torch, t.dtype) if t.is_float else None) for t in self.spec.outputs]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -159,7 +160,11 @@ class TorchRuntime(Runtime):
         args = []
         for name in self.spec.input_names:
             x = torch.from_numpy(np.ascontiguousarray(feeds[name]))
-            args.append(x.to(self._device, self._dtype) if x.is_floating_point() else x.to(self._device))
+            if x.is_floating_point() and x.dtype != self._dtype:
+                x = x.to(self._device, self._dtype)
+            elif not self._on_host:
+                x = x.to(self._device)
+            args.append(x)
         return args
 
     def forward(self, args: list) -> tuple:
@@ -174,10 +179,13 @@ class TorchRuntime(Runtime):
         """Outputs as numpy on the host; float outputs of a lower precision back in float32."""
         host = {}
         for (name, float_dtype), o in zip(self._outputs, outputs):
-            o = o.detach()
+            if o.requires_grad:  # a parameter returned as is (a constant output)
+                o = o.detach()
             if float_dtype is not None and o.dtype != float_dtype and o.is_floating_point():
                 o = o.to("cpu", float_dtype)
-            host[name] = o.cpu().numpy()
+            elif not self._on_host:
+                o = o.cpu()
+            host[name] = o.numpy()
         return host
 
     def synchronize(self) -> None:
