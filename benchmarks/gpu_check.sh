@@ -25,9 +25,9 @@ PY=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda:0}
 RUNS=${RUNS:-1000}
 WARMUP=${WARMUP:-100}
-STEP_LIMIT=${STEP_LIMIT:-150}  # seconds per command, so that one hang cannot eat the budget
+STEP_LIMIT=${STEP_LIMIT:-90}  # seconds per command, so that one hang cannot eat the budget
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 cd "$(dirname "$0")/.."
-mkdir -p "$OUT"
 
 HUGGY=${HUGGY:-}
 for candidate in "$HUGGY" ../shared/fixtures/mlagents/Huggy shared/fixtures/mlagents/Huggy; do
@@ -59,16 +59,23 @@ step npu-check-sample npu-check sample:tinywalker --device "$DEVICE" --json "$OU
 step npu-check-huggy npu-check "$HUGGY" --device "$DEVICE" --json "$OUT/npu-check-huggy.json"
 
 BENCH=(--batch 1,8,64,512 --runs "$RUNS" --warmup "$WARMUP")
+plot() {  # --plot FILE when matplotlib is there; the figures matter more than the picture
+    if "$PY" -c "import matplotlib" 2>/dev/null; then echo "--plot $OUT/$1.png"; fi
+}
+# shellcheck disable=SC2046  # plot prints two words or nothing
 step bench-huggy-eager bench "$HUGGY" --device "$DEVICE" "${BENCH[@]}" \
-    --json "$OUT/bench-huggy-eager.json" --plot "$OUT/bench-huggy-eager.png"
+    --json "$OUT/bench-huggy-eager.json" $(plot bench-huggy-eager)
+# shellcheck disable=SC2046
 step bench-huggy-graph bench "$HUGGY" --runtimes "torch-$DEVICE" --graph "${BENCH[@]}" \
-    --json "$OUT/bench-huggy-graph.json" --plot "$OUT/bench-huggy-graph.png"
+    --json "$OUT/bench-huggy-graph.json" $(plot bench-huggy-graph)
 
 if "$PY" -m rlparity inspect sample:cartpole >/dev/null 2>&1; then
+    # shellcheck disable=SC2046
     step bench-cartpole-eager bench sample:cartpole --device "$DEVICE" "${BENCH[@]}" \
-        --json "$OUT/bench-cartpole-eager.json" --plot "$OUT/bench-cartpole-eager.png"
+        --json "$OUT/bench-cartpole-eager.json" $(plot bench-cartpole-eager)
+    # shellcheck disable=SC2046
     step bench-cartpole-graph bench sample:cartpole --runtimes "torch-$DEVICE" --graph "${BENCH[@]}" \
-        --json "$OUT/bench-cartpole-graph.json" --plot "$OUT/bench-cartpole-graph.png"
+        --json "$OUT/bench-cartpole-graph.json" $(plot bench-cartpole-graph)
 else
     echo "== skip: this checkout has no sample:cartpole" | tee -a "$OUT/exits.txt"
 fi
