@@ -15,6 +15,7 @@ FIXTURES = Path(os.environ.get("RLPARITY_FIXTURES", REPO.parent / "shared" / "fi
 
 TINYWALKER = SAMPLES / "mlagents" / "TinyWalker"
 TINYBRANCHES = SAMPLES / "mlagents" / "TinyBranches"
+TINYHOPPER = SAMPLES / "decision_transformer" / "TinyHopper"
 
 
 def fixture_path(relative: str) -> Path:

@@ -137,3 +137,60 @@ def test_validate_on_a_copied_run_folder_without_official_export(run_cli, tmp_pa
     assert [r["name"] for r in report["runtimes"]] == ["torch-cpu", "ort-cpu"]
     assert report["source"]["path"].endswith("TinyWalker-1000.pt")
     assert np.isclose(report["inputs"]["batch"], 64)
+
+
+def _tampered_copy(source, tmp_path, initializer, change):
+    model = onnx.load(str(source))
+    for init in model.graph.initializer:
+        if init.name == initializer:
+            init.CopyFrom(numpy_helper.from_array(change(numpy_helper.to_array(init).copy()), init.name))
+    path = tmp_path / f"tampered-{source.name}"
+    onnx.save(model, path)
+    return path
+
+
+def test_a_wider_sampler_is_caught_by_distribution(run_cli, tmp_path):
+    """Only the sampling noise changes (sigma doubled): deterministic outputs still pass."""
+    tampered = _tampered_copy(TINYWALKER / "TinyWalker-1000.onnx", tmp_path,
+                              "action_model._continuous_distribution.log_sigma",
+                              lambda v: (v + np.log(2.0)).astype(np.float32))
+    result = run_cli("validate", TINYWALKER, "--ref", tampered, "--json", tmp_path / "r.json")
+    assert result.exit_code == 3, result.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    official = next(c for c in report["comparisons"] if c["candidate"] == "ort-ref")
+    verdicts = {o["output"]: o["passed"] for o in official["outputs"]}
+    assert verdicts["continuous_actions"] is False
+    assert verdicts["deterministic_continuous_actions"] is True
+
+
+def test_a_sampler_ignoring_masks_is_caught(run_cli, tmp_path):
+    """Multinomial fed the unmasked logits: blocked actions get sampled."""
+    model = onnx.load(str(TINYBRANCHES / "TinyBranches-5000.onnx"))
+    # Re-route the first Log (input of the first Multinomial) to the raw branch-0 logits' softmax-free path
+    log = next(n for n in model.graph.node if n.op_type == "Log")
+    log.input[0] = "/_discrete_distribution/branches.0/Gemm_output_0"
+    tampered = tmp_path / "unmasked.onnx"
+    onnx.save(model, tampered)
+    result = run_cli("validate", TINYBRANCHES, "--ref", tampered, "--json", tmp_path / "r.json")
+    assert result.exit_code == 3, result.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    official = next(c for c in report["comparisons"] if c["candidate"] == "ort-ref")
+    sampled = next(o for o in official["outputs"] if o["output"] == "discrete_actions")
+    assert sampled["passed"] is False and sampled["metrics"]["blocked_sampled"] > 0
+    deterministic = next(o for o in official["outputs"] if o["output"] == "deterministic_discrete_actions")
+    assert deterministic["passed"] is True
+
+
+def test_cpu_validation_never_imports_torch_npu(tmp_path):
+    code = ("import sys; from rlparity.cli import main\n"
+            "try:\n    main(['validate', 'sample:tinywalker', '--batch', '4', '--draws', '32'])\n"
+            "except SystemExit as e:\n    assert e.code == 0, e.code\n"
+            "print('torch_npu' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+
+
+def test_module_entry_point_and_version():
+    done = subprocess.run([sys.executable, "-m", "rlparity", "--version"], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0 and done.stdout.startswith("rlparity, version ")

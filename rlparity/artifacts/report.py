@@ -76,19 +76,11 @@ class Report:
         return data
 
     def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=2, default=_json_default) + "\n"
+        return dumps_json(self.to_json())
 
     def write(self, path: str | Path) -> None:
         """Write the JSON; ``-`` means standard output."""
-        text = self.dumps()
-        if str(path) == "-":
-            sys.stdout.write(text)
-            return
-        try:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text(text)
-        except OSError as e:
-            raise UserError(f"cannot write the report: {e.strerror or e}", path) from None
+        write_output(self.dumps(), path)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Report":
@@ -108,6 +100,22 @@ class Report:
             raise UserError("no such file", path) from None
         except (OSError, ValueError, TypeError, AttributeError) as e:
             raise UserError(f"not an rlparity report: {' '.join(str(e).split())[:160]}", path) from None
+
+
+def write_output(text: str, path: str | Path) -> None:
+    """Write ``text`` to ``path`` (folders created), or to standard output for ``-``."""
+    if str(path) == "-":
+        sys.stdout.write(text)
+        return
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text)
+    except OSError as e:
+        raise UserError(f"cannot write: {e.strerror or e}", path) from None
+
+
+def dumps_json(data: Any) -> str:
+    return json.dumps(data, indent=2, default=_json_default) + "\n"
 
 
 def _json_default(value: Any) -> Any:

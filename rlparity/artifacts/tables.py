@@ -94,6 +94,8 @@ def runtimes_table(report: dict[str, Any]) -> Table:
 
 def comparison_table(c: dict[str, Any]) -> Table:
     title = f"{c['candidate']} vs {c['reference']}"
+    if c.get("shape"):  # validated at several shapes: say which one
+        title += "  (" + ", ".join(f"{axis} {size}" for axis, size in c["shape"].items()) + ")"
     tolerances = {(o["atol"], o["rtol"]) for o in c["outputs"] if o["rule"] == "elementwise" and o.get("atol") is not None}
     caption = "; ".join(f"element-wise: |a-b| <= {fmt(a)} + {fmt(r)}*|ref|" for a, r in sorted(tolerances))
     table = Table(title=title, caption=caption or None, box=box.SIMPLE_HEAVY, title_justify="left",
@@ -142,10 +144,16 @@ def render_validation(report: dict[str, Any], console: Console) -> None:
     inputs = report["inputs"]
     rows = ", ".join(f"{n} {k}" for k, n in inputs["rows"].items())
     lines.append(escape(f"inputs: batch {inputs['batch']} ({rows}), seed {inputs['seed']}, {inputs['digest'][:23]}..."))
+    if inputs.get("shapes"):
+        shapes = "; ".join(", ".join(f"{axis} {size}" for axis, size in shape["axes"].items())
+                           for shape in inputs["shapes"])
+        lines.append(escape(f"validated at {len(inputs['shapes'])} shapes: {shapes}"))
     console.print(Panel("\n".join(lines), title="rlparity validate", expand=False))
     console.print(runtimes_table(report))
     for c in report["comparisons"]:
         console.print(comparison_table(c))
+    if report.get("extra", {}).get("decisions"):
+        console.print(decisions_table(report["extra"]["decisions"]))
     if report.get("extra", {}).get("precision"):
         from rlparity.artifacts.device_tables import render_precision
 
@@ -163,3 +171,85 @@ def verdict_line(report: dict[str, Any]) -> Text:
     if verdict == "mismatch":
         return Text(f"verdict: MISMATCH in {', '.join(failed)}", style="bold red")
     return Text("verdict: INCOMPLETE (a runtime failed or nothing was compared)", style="bold yellow")
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_cell(v) for v in value) + "]"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def decisions_table(view: dict[str, Any]) -> Table:
+    """A family's decision view (Family.decision_view): inputs, scores, and each runtime's action."""
+    caption = f"scores of {view['reference']}; inputs {view['inputs_digest'][:23]}..."
+    table = Table(title=view["title"], caption=caption, box=box.SIMPLE_HEAVY, title_justify="left",
+                  caption_justify="left")
+    for column in view["columns"]:
+        table.add_column(column, justify="right" if column == "row" or column.startswith("action ") else "left")
+    for row in view["rows"]:
+        table.add_row(*(Text(_cell(v)) for v in row))
+    return table
+
+
+def render_rollout(report: dict[str, Any], console: Console) -> None:
+    """`rlparity rollout`: returns and episode lengths per runtime, and whether they acted alike."""
+    section = report["extra"]["rollout"]
+    source = report["source"]
+    lines = [f"[bold]{escape(report['title'])}[/] ({report['family']})", f"model {escape(source['path'])}"]
+    if source.get("note"):
+        lines.append(escape(source["note"]))
+    last_seed = section["seed"] + section["episodes"] - 1
+    lines.append(escape(f"environment {section['env_id']}: {section['episodes']} episodes, seeds "
+                        f"{section['seed']}..{last_seed} on every runtime"))
+    console.print(Panel("\n".join(lines), title="rlparity rollout", expand=False))
+
+    table = Table(title="Episodes", box=box.SIMPLE_HEAVY, title_justify="left")
+    for column in ("runtime", "device", "status", "mean return", "std", "mean length", "std", "steps/s",
+                   "policy us/step", "action fingerprint"):
+        table.add_column(column, justify="left" if column in ("runtime", "device", "status", "action fingerprint") else "right")
+    by_runtime = {r["runtime"]: r for r in section["results"]}
+    for r in report["runtimes"]:
+        played = by_runtime.get(r["name"])
+        if not r["available"]:
+            status = Text(f"unavailable: {r['reason']}", style="yellow")
+        elif r["error"]:
+            status = Text(f"failed: {r['error']}", style="red")
+        else:
+            status = Text("played", style="green")
+        device = r.get("info", {}).get("device_name") or r["device"]
+        if played is None:
+            table.add_row(r["name"], Text(device), status, *["-"] * 7)
+            continue
+        timing = r.get("timing", {})
+        table.add_row(r["name"], Text(device), status, fmt(played["mean_return"]), fmt(played["std_return"]),
+                      fmt(played["mean_length"]), fmt(played["std_length"]), _rate(timing.get("steps_per_s")),
+                      _rate(1e3 * timing["policy_ms_per_step"] if timing.get("policy_ms_per_step") else None, 1),
+                      played["fingerprint"][:23] + "...")
+    console.print(table)
+    for c in report["comparisons"]:
+        console.print(comparison_table(c))
+    console.print(rollout_verdict_line(report))
+
+
+def _rate(value: float | None, decimals: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{decimals}f}"
+
+
+def rollout_verdict_line(report: dict[str, Any]) -> Text:
+    section = report["extra"]["rollout"]
+    divergence = section.get("first_divergence")
+    played = len(section["results"])
+    if divergence:
+        a, b = divergence["runtimes"]
+        where = f"episode {divergence['episode']}, step {divergence['step']} (max_abs {divergence['max_abs']:.3g})"
+        if all(c["passed"] for c in report["comparisons"]):
+            return Text(f"verdict: PASS within tolerance: {b} first acted differently from {a} at {where}, "
+                        "within float tolerance; later differences are closed-loop drift (see above)", style="bold green")
+        return Text(f"verdict: MISMATCH: {b} acted differently from {a} first at {where}", style="bold red")
+    if played < len(report["runtimes"]) or played == 0:
+        return Text("verdict: INCOMPLETE (a runtime did not play)", style="bold yellow")
+    if played == 1:
+        return Text("verdict: PLAYED (one runtime: nothing to compare)", style="bold green")
+    return Text(f"verdict: PASS (identical actions on all {played} runtimes)", style="bold green")

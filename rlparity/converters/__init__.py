@@ -4,13 +4,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rlparity.converters.decision_transformer import DecisionTransformer
 from rlparity.converters.family import Family
 from rlparity.converters.mlagents import MLAgentsPolicy
+from rlparity.converters.sb3 import SB3Policy
 from rlparity import samples
 from rlparity.errors import UsageError, UserError
 
 # Most specific first: sniff() is tried in this order.
 FAMILIES: dict[str, type[Family]] = {
+    DecisionTransformer.name: DecisionTransformer,
+    SB3Policy.name: SB3Policy,
     MLAgentsPolicy.name: MLAgentsPolicy,
 }
 

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from rlparity.errors import UserError
+from rlparity.errors import NotSupportedYet, UserError
 from rlparity.spec import IOSpec
 
 if TYPE_CHECKING:
     from rlparity.validators.feeds import Feeds
+    from rlparity.validators.rollout import Controller
 
 
 class Family:
@@ -65,15 +66,29 @@ class Family:
         """Reference scores (logits, probabilities) behind discrete actions, for tie checks."""
         return {}
 
-    def make_feeds(self, batch: int, seed: int) -> "Feeds":
-        """Validation inputs; families with structured inputs (sequences, padding) override."""
+    def make_feeds(self, batch: int, seed: int, **axes: int) -> "Feeds":
+        """Validation inputs; families with structured inputs (sequences, padding) override.
+
+        ``axes``: sizes of the other symbolic axes (e.g. ``sequence=5``); default: io_spec().axes.
+        """
         from rlparity.validators.feeds import make_feeds
 
-        return make_feeds(self.io_spec(), batch, seed)
+        return make_feeds(self.io_spec(), batch, seed, axes=axes)
+
+    def validation_shapes(self, batch: int) -> list[dict[str, int]]:
+        """The sizes of the symbolic axes to validate at, the first one timed and sampled.
+
+        One shape by default; families whose graphs take a dynamic sequence validate at
+        several lengths, not only the one the export was traced with.
+        """
+        return [{"batch": batch}]
 
     def valid_elements(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
         """Per output, a boolean mask of the elements to compare (e.g. padding excluded)."""
         return None
+
+    # What valid_elements() leaves out, in words, for the report (e.g. "padded positions").
+    excluded_from_comparison: ClassVar[str] = ""
 
     def tolerances(self) -> dict[str, tuple[float, float]]:
         """Per-output (atol, rtol) where the family needs other than the dtype default."""
@@ -83,6 +98,21 @@ class Family:
         """Submodules of the rebuild that stay float32 when it runs in a lower precision:
         accumulated statistics (running variances, step counts) overflow float16."""
         return []
+
+    def decision_view(self, feeds: "Feeds", outputs: dict[str, dict[str, np.ndarray]]) -> dict[str, Any] | None:
+        """A few input rows beside the scores and the action each runtime chose on them, for
+        the report: ``{"title", "columns", "rows"}`` (e.g. a discrete policy's logits, softmax
+        probabilities and argmax). ``outputs`` maps runtime -> outputs on the full batch, whose
+        first rows are ``feeds``. None: the family shows no such view."""
+        return None
+
+    def rollout_controller(self, **settings: Any) -> "Controller":
+        """How the policy acts in a closed loop (`rlparity rollout`, validators/rollout.py).
+
+        ``settings``: the loop's options from the command line (a Decision Transformer's
+        ``settings_file`` and ``target_return``); families without any refuse them.
+        """
+        raise NotSupportedYet(f"playing a {self.title} in an environment (rollout)", self.source)
 
     # -- shared ------------------------------------------------------------------------
     def build_torch(self):

@@ -7,6 +7,7 @@ tensors and plain containers, with each way a file can be bad turned into one cl
 from __future__ import annotations
 
 import hashlib
+import io
 import pickle
 import re
 import warnings
@@ -39,8 +40,6 @@ def require_file(path: Path) -> None:
 
 def load_torch_file(path: str | Path) -> Any:
     """``torch.load(path, weights_only=True)`` with one-line errors for every bad file."""
-    import torch
-
     path = Path(path)
     require_file(path)
     with open(path, "rb") as f:
@@ -51,15 +50,37 @@ def load_torch_file(path: str | Path) -> Any:
                 archive.namelist()
         except (zipfile.BadZipFile, OSError, EOFError) as e:
             raise UserError(f"truncated or corrupt checkpoint archive ({e})", path) from None
+    return _weights_only_load(path, path, "")
+
+
+def load_torch_bytes(data: bytes, where: str | Path, member: str) -> Any:
+    """Like ``load_torch_file`` for a file held in memory, e.g. ``policy.pth`` inside a zip.
+
+    Errors name ``where`` (the file the user gave) and start with ``member``.
+    """
+    if not data:
+        raise UserError(f"{member} is empty", where)
+    if data[:4] == _ZIP_MAGIC:
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                archive.namelist()
+        except (zipfile.BadZipFile, OSError, EOFError) as e:
+            raise UserError(f"{member}: truncated or corrupt checkpoint archive ({e})", where) from None
+    return _weights_only_load(io.BytesIO(data), where, f"{member}: ")
+
+
+def _weights_only_load(source: Any, where: str | Path, prefix: str) -> Any:
+    import torch
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(source, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        raise UserError(_explain_refusal(str(e)), path) from None
+        raise UserError(prefix + _explain_refusal(str(e)), where) from None
     except (EOFError, OSError, RuntimeError, ValueError, KeyError, IndexError, TypeError) as e:
         detail = " ".join(str(e).split())[:160] or type(e).__name__
-        raise UserError(f"not a readable PyTorch checkpoint: truncated or corrupt ({detail})", path) from None
+        raise UserError(f"{prefix}not a readable PyTorch checkpoint: truncated or corrupt ({detail})", where) from None
 
 
 def _explain_refusal(message: str) -> str:
@@ -74,3 +95,45 @@ def _explain_refusal(message: str) -> str:
     if operand:
         return "not a PyTorch checkpoint: the data is not a weights-only pickle (unreadable or hostile); nothing from it was run"
     return "refused to load: not a weights-only PyTorch checkpoint; nothing from it was run"
+
+
+# -- pickles that are not torch checkpoints ------------------------------------------------
+
+class PickleRefused(Exception):
+    """Raised while unpickling: the pickle wants something its kind of file never holds.
+    The message completes "the pickle ...", e.g. "asks to import posix.system"."""
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    """Resolves only the globals in ``allowed``; any other import request is refused
+    before anything is called, so a hostile pickle cannot run code."""
+
+    def __init__(self, file, allowed: dict[tuple[str, str], Any]):
+        super().__init__(file)
+        self.allowed = allowed
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return self.allowed[(module, name)]
+        except KeyError:
+            raise PickleRefused(f"asks to import {module}.{name}") from None
+
+
+def load_restricted_pickle(path: str | Path, allowed: dict[tuple[str, str], Any], what: str) -> Any:
+    """Unpickle ``path`` admitting only the globals in ``allowed`` (``(module, name) -> object``).
+
+    ``what`` names the kind of file for messages, e.g. "VecNormalize statistics".
+    """
+    path = Path(path)
+    require_file(path)
+    try:
+        with open(path, "rb") as f:
+            return _RestrictedUnpickler(f, allowed).load()
+    except PickleRefused as e:
+        raise UserError(
+            f"refused to load: the pickle {e}, which {what} do not hold "
+            "(a hostile or foreign file); nothing from it was run", path) from None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
+            MemoryError, RecursionError) as e:
+        detail = " ".join(str(e).split())[:160] or type(e).__name__
+        raise UserError(f"not readable as {what}: truncated or corrupt ({detail})", path) from None

@@ -63,7 +63,9 @@ def digest_arrays(arrays: dict[str, np.ndarray]) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def make_feeds(spec: IOSpec, batch: int = 64, seed: int = 0, edge_cases: bool = True) -> Feeds:
+def make_feeds(spec: IOSpec, batch: int = 64, seed: int = 0, edge_cases: bool = True,
+               axes: dict[str, int] | None = None) -> Feeds:
+    """``axes``: sizes of symbolic axes other than batch (default: ``spec.axes``)."""
     if batch < 1:
         raise ValueError("batch must be at least 1")
     rng = np.random.default_rng(seed)
@@ -71,7 +73,7 @@ def make_feeds(spec: IOSpec, batch: int = 64, seed: int = 0, edge_cases: bool = 
     rows = [name for name, _ in EDGE_ROWS[:n_edge]] + ["random"] * (batch - n_edge)
     arrays = {}
     for t in spec.inputs:
-        shape = t.concrete_shape(**{**spec.axes, "batch": batch})
+        shape = t.concrete_shape(**{**spec.axes, **(axes or {}), "batch": batch})
         arrays[t.name] = _draw(t, shape, n_edge, rng)
     return Feeds(arrays, rows, seed)
 

@@ -1,6 +1,7 @@
 """onnxruntime on the CPU: our export (``ort-cpu``) or the library's own (``ort-ref``)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,9 @@ class OrtRuntime(Runtime):
             self.session = onnxruntime.InferenceSession(payload, options, providers=[self.provider])
         except Exception as e:  # onnxruntime raises its own exception types for bad files
             detail = " ".join(str(e).split())
-            detail = detail.split("] ", 1)[-1][:200]
+            # "[ONNXRuntimeError] : 7 : INVALID_PROTOBUF : Load model from X failed:<why>"
+            detail = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", detail)
+            detail = re.sub(r"^Load model from .*? failed:", "", detail).strip()[:200]
             raise UserError(f"onnxruntime cannot load this model: {detail}", self.source or self.name) from None
         # Read once: run() is timed by `bench`, where microseconds count.
         self._input_names = [i.name for i in self.session.get_inputs()]

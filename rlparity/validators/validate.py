@@ -17,13 +17,17 @@ import numpy as np
 from rlparity.artifacts.report import Report, RuntimeResult, library_versions
 from rlparity.converters.family import Family
 from rlparity.converters.safe_load import sha256_file
-from rlparity.errors import UsageError
+from rlparity.errors import UsageError, UserError
 from rlparity.spec import IOSpec
 from rlparity.validators.compare import compare_outputs
 from rlparity.validators.feeds import Feeds, digest_arrays
 from rlparity.validators.ort import OrtRuntime
 from rlparity.validators.runtimes import OFFICIAL, OURS, REFERENCE, Runtime, host_info, runtime_for_device
 from rlparity.validators.torch_runtime import TorchRuntime
+
+
+# Rows of the inputs shown with the scores and actions behind them (Family.decision_view).
+DECISION_ROWS = 8
 
 
 @dataclass
@@ -39,6 +43,8 @@ class ValidateOptions:
     repeats: int = 20                  # timed calls per runtime after the first
     dtypes: list[str] | None = None    # precision sweep: torch on the device in each dtype
     extra_pairs: list[tuple[str, str]] | None = None  # (reference, candidate) comparisons to add
+    save_run: Path | None = None       # write inputs, every runtime's outputs and metadata here
+    command: str = ""                  # the command line, recorded in the report
 
 
 def runtime_names(family: Family, options: ValidateOptions) -> list[str]:
@@ -63,7 +69,22 @@ def make_runtime(name: str, spec: IOSpec, seed: int) -> Runtime:
     raise UsageError(f"unknown runtime {name!r}: expected torch-cpu, ort-cpu, ort-ref or torch-<device> (torch-cuda:0, torch-npu:0)")
 
 
+@dataclass
+class Validation:
+    """A validation run: the report, and the arrays and export it was computed from."""
+    report: Report
+    export: bytes                               # our ONNX export, as validated
+    inputs: dict[str, np.ndarray]               # the feeds every runtime received
+    outputs: dict[str, dict[str, np.ndarray]]   # runtime -> output name -> array
+
+
 def validate(family: Family, options: ValidateOptions, on_step: Callable[[str], None] = lambda _: None) -> Report:
+    return validate_with_arrays(family, options, on_step).report
+
+
+def validate_with_arrays(family: Family, options: ValidateOptions,
+                         on_step: Callable[[str], None] = lambda _: None) -> Validation:
+    """``validate``, keeping what the report's digests refer to (for `rlparity package`)."""
     spec = family.io_spec()
     names = runtime_names(family, options)
     runtimes = {name: make_runtime(name, spec, options.seed) for name in names}  # usage errors first
@@ -73,7 +94,11 @@ def validate(family: Family, options: ValidateOptions, on_step: Callable[[str], 
 
     on_step("exporting")
     ours = family.export(opset=options.opset)
-    feeds = family.make_feeds(options.batch, options.seed)
+    # Every shape the family asks for (several sequence lengths for sequence models); the
+    # first is the one timed, sampled, saved and packaged, and the one "inputs" describes.
+    shapes = family.validation_shapes(options.batch)
+    all_feeds = [family.make_feeds(shape["batch"], options.seed, **_other_axes(shape)) for shape in shapes]
+    feeds = all_feeds[0]
     stochastic = [t.name for t in spec.outputs if t.role == "stochastic"]
     draw_feeds = feeds.take(min(options.draw_rows, feeds.batch)) if stochastic else None
     models = {OURS: ours, OFFICIAL: reference_path}
@@ -89,11 +114,15 @@ def validate(family: Family, options: ValidateOptions, on_step: Callable[[str], 
                 "draws": options.draws if stochastic else 0, "draw_rows": draw_feeds.batch if draw_feeds else 0},
         versions=library_versions(),
         host=host_info(),
+        command=options.command,
     )
+    if len(shapes) > 1:
+        report.inputs["shapes"] = [{"axes": dict(shape), "rows": _row_summary(f), "digest": f.digest}
+                                   for shape, f in zip(shapes, all_feeds)]
     if reference_path is not None:
         report.reference_export = {"path": str(reference_path), **_reference_facts(reference_path, ours)}
 
-    outputs: dict[str, dict[str, np.ndarray]] = {}
+    per_shape: list[dict[str, dict[str, np.ndarray]]] = [{} for _ in shapes]  # shape -> runtime -> outputs
     draws: dict[str, dict[str, np.ndarray]] = {}
     for name, runtime in runtimes.items():
         on_step(f"running {name}")
@@ -102,46 +131,89 @@ def validate(family: Family, options: ValidateOptions, on_step: Callable[[str], 
         result.available, result.reason = runtime.available()
         if not result.available:
             continue
-        model = models.get(name, family.build_torch() if runtime.kind == "torch" else None)
+        model = models[name] if name in models else family.build_torch()
         try:
             runtime.prepare(model)
             result.info = runtime.info()
-            outputs[name], result.timing = _timed_runs(runtime, feeds.arrays, options.repeats)
+            per_shape[0][name], result.timing = _timed_runs(runtime, feeds.arrays, options.repeats)
             if draw_feeds is not None:
                 draws[name] = _draw(runtime, draw_feeds, stochastic, options.draws)
+            for i, (shape, shape_feeds) in enumerate(zip(shapes[1:], all_feeds[1:]), start=1):
+                on_step(f"running {name} at {_shape_text(shape)}")
+                try:
+                    per_shape[i][name] = runtime.run(shape_feeds.arrays)
+                except Exception as e:  # the shapes already run keep their results
+                    result.error = f"{type(e).__name__} at {_shape_text(shape)}: {' '.join(str(e).split())[:300]}"
+                    break
+        except UserError as e:  # e.g. an unreadable official export: its own clear message
+            result.error = str(e)
         except Exception as e:  # recorded, so that the other runtimes' results survive
             result.error = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
         finally:
             runtime.close()
 
     on_step("comparing")
-    scores = family.scores(feeds.arrays)
+    outputs = per_shape[0]
     reference_name = REFERENCE if REFERENCE in outputs else next(iter(outputs), None)
-    pairs = [(reference_name, name) for name in outputs if name != reference_name]
-    if OURS in outputs and OFFICIAL in outputs and reference_name != OFFICIAL:
-        pairs.append((OFFICIAL, OURS))
-    for pair in options.extra_pairs or []:
-        if pair[0] in outputs and pair[1] in outputs and pair[0] != pair[1] and pair not in pairs:
-            pairs.append(pair)
-    for ref, cand in pairs:
-        comparison = compare_outputs(
-            spec, outputs[ref], outputs[cand], reference_name=ref, candidate_name=cand,
-            tolerances=family.tolerances(), scores=scores,
-            reference_draws=draws.get(ref), candidate_draws=draws.get(cand),
-            valid=family.valid_elements(feeds.arrays),
-        )
-        report.comparisons.append(comparison.to_json())
+    masked = False
+    for i, (shape, shape_feeds) in enumerate(zip(shapes, all_feeds)):
+        shape_outputs = per_shape[i]
+        scores = family.scores(shape_feeds.arrays)
+        valid = family.valid_elements(shape_feeds.arrays)
+        masked = masked or valid is not None
+        pairs = [(reference_name, name) for name in shape_outputs if name != reference_name]
+        if OURS in shape_outputs and OFFICIAL in shape_outputs and reference_name != OFFICIAL:
+            pairs.append((OFFICIAL, OURS))
+        for pair in options.extra_pairs or []:
+            if pair[0] in shape_outputs and pair[1] in shape_outputs and pair[0] != pair[1] and pair not in pairs:
+                pairs.append(pair)
+        for ref, cand in pairs:
+            comparison = compare_outputs(
+                spec, shape_outputs[ref], shape_outputs[cand], reference_name=ref, candidate_name=cand,
+                tolerances=family.tolerances(), scores=scores,
+                reference_draws=draws.get(ref) if i == 0 else None,
+                candidate_draws=draws.get(cand) if i == 0 else None,
+                valid=valid,
+            )
+            data = comparison.to_json()
+            if len(shapes) > 1:
+                data["shape"] = dict(shape)
+            report.comparisons.append(data)
+    if masked and family.excluded_from_comparison:
+        report.notes.append(f"excluded from every comparison: {family.excluded_from_comparison}")
     report.extra["outputs_digest"] = {name: digest_arrays(out) for name, out in outputs.items()}
+    if outputs:
+        first = feeds.take(min(DECISION_ROWS, feeds.batch))
+        ordered = {reference_name: outputs[reference_name], **outputs}  # the reference first
+        view = family.decision_view(first, ordered)
+        if view:
+            report.extra["decisions"] = {"reference": reference_name, "inputs_digest": first.digest, **view}
     if options.dtypes:
         from rlparity.validators.precision import precision_sweep
 
         report.extra["precision"] = precision_sweep(
             family, options.dtypes, options.device or "cpu", feeds, seed=options.seed,
             draw_feeds=draw_feeds, draws=options.draws,
-            reference=outputs.get(REFERENCE), reference_draws=draws.get(REFERENCE), scores=scores,
-            on_step=on_step,
+            reference=outputs.get(REFERENCE), reference_draws=draws.get(REFERENCE),
+            scores=family.scores(feeds.arrays), on_step=on_step,
         )
-    return report
+    if options.save_run is not None:
+        from rlparity.artifacts.saved_run import save_run
+
+        on_step("saving the run")
+        report.extra["saved_run"] = str(options.save_run)
+        save_run(options.save_run, report, spec, feeds, outputs, draws, reference=reference_name,
+                 tolerances=family.tolerances(), scores=family.scores(feeds.arrays),
+                 valid=family.valid_elements(feeds.arrays))
+    return Validation(report, ours, feeds.arrays, outputs)
+
+
+def _other_axes(shape: dict[str, int]) -> dict[str, int]:
+    return {axis: size for axis, size in shape.items() if axis != "batch"}
+
+
+def _shape_text(shape: dict[str, int]) -> str:
+    return ", ".join(f"{axis} {size}" for axis, size in shape.items())
 
 
 def _timed_runs(runtime: Runtime, feeds: dict[str, np.ndarray], repeats: int) -> tuple[dict, dict]:
