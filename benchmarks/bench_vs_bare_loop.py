@@ -4,8 +4,9 @@
 
 RUN_FOLDER defaults to ../shared/fixtures/mlagents/Huggy. At batch 1 and 64, each round
 runs `bench` for one runtime and then the bare loop on the same inputs, one after the
-other so that machine noise hits both; the medians over rounds of each p50 are compared.
-Goal: bench within 10% of the bare loop at p50.
+other so that machine noise hits both. Each side's p50 is taken as its best over the
+rounds (as timeit takes the best repeat: other processes only ever add time); the
+medians over rounds are printed beside. Goal: bench within 10% of the bare loop at p50.
 
 The bare loops, timed call by call with perf_counter_ns and nothing else:
   ort-cpu    session.run(None, feeds)                            vs bench p50
@@ -81,7 +82,8 @@ def main() -> None:
     family = converters.load(args.run_folder)
     print(f"model: {family.source}")
     print(f"command: python {' '.join(sys.argv)}  (runs {args.runs}, warmup {args.warmup}, rounds {args.rounds})")
-    print(f"{'batch':>5}  {'what':<22} {'bench p50 us':>13} {'bare p50 us':>12} {'bench/bare':>10}  goal <= {1 + GOAL:.2f}")
+    print(f"{'batch':>5}  {'what':<22} {'bench p50 us':>13} {'bare p50 us':>12} {'bench/bare':>10}  "
+          f"goal <= {1 + GOAL:.2f}   (medians over rounds: bench, bare)")
     worst = 0.0
     for batch in [int(b) for b in args.batch.split(",")]:
         figures: dict[str, dict[str, list[float]]] = {}
@@ -99,11 +101,12 @@ def main() -> None:
                     row["bench"].append(result[field])
                     row["bare"].append(bare_p50(loops[loop], args.runs, args.warmup))
         for what, row in figures.items():
-            bench_ms, bare_ms = float(np.median(row["bench"])), float(np.median(row["bare"]))
+            bench_ms, bare_ms = min(row["bench"]), min(row["bare"])
             ratio = bench_ms / bare_ms
             worst = max(worst, ratio)
             print(f"{batch:>5}  {what:<22} {bench_ms * 1e3:>13.1f} {bare_ms * 1e3:>12.1f} {ratio:>10.3f}  "
-                  f"{'ok' if ratio <= 1 + GOAL else 'OVER'}")
+                  f"{'ok' if ratio <= 1 + GOAL else 'OVER':<4}   "
+                  f"({np.median(row['bench']) * 1e3:.1f}, {np.median(row['bare']) * 1e3:.1f})")
     print(f"worst bench/bare ratio {worst:.3f}: {'within' if worst <= 1 + GOAL else 'NOT within'} {GOAL:.0%} at p50")
     sys.exit(0 if worst <= 1 + GOAL else 1)
 
