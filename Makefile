@@ -24,6 +24,8 @@ demo: $(VENV)/.installed
 	$(BIN)/rlparity publish $(OUT)/TinyWalker --repo hf://OWNER/TinyWalker --dry-run
 	$(BIN)/rlparity validate sample:tinyhopper --json $(OUT)/TinyHopper.report.json
 	$(BIN)/rlparity rollout sample:tinyhopper --env Hopper-v5 --episodes 2 --json $(OUT)/TinyHopper.rollout.json
+	$(BIN)/rlparity npu-check sample:tinywalker --device cpu --json $(OUT)/TinyWalker.npu-check.json
+	$(BIN)/rlparity bench sample:tinywalker --batch 1,8,64 --runs 100 --json $(OUT)/TinyWalker.bench.json --plot $(OUT)/TinyWalker.bench.png
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q
@@ -32,12 +34,13 @@ bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/mlagents_latency.py
 	$(BIN)/python benchmarks/sb3_rollout_steps.py
 	$(BIN)/python benchmarks/dt_rollout_steps.py
+	$(BIN)/python benchmarks/bench_vs_bare_loop.py
 
 $(VENV)/.installed: setup.cfg pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[test,envs]"
+	$(BIN)/python -m pip install -q -e ".[test,envs,plot]"
 	touch $@
 
 clean:

@@ -151,8 +151,13 @@ def export(path, output, opset, family, obs_sizes):
 @click.option("--json", "json_out", metavar="FILE", help="Write the report as JSON to FILE (- for stdout).")
 @click.option("--save-run", type=click.Path(), default=None, metavar="DIR",
               help="Also save the inputs, every runtime's outputs and metadata to DIR, for `rlparity compare`.")
+@click.option("--dtype", "dtypes", default=None, metavar="LIST",
+              help="Precision sweep: also run torch on --device (default cpu) in each of these dtypes "
+                   "(float32,float16,bfloat16), normalizer statistics kept float32, each against the "
+                   "float32 CPU reference with its own tolerance.")
 @model_options
-def validate(path, runtimes, device, reference, batch, seed, opset, draws, json_out, family, obs_sizes, save_run=None):
+def validate(path, runtimes, device, reference, batch, seed, opset, draws, json_out, family, obs_sizes, save_run=None,
+             dtypes=None):
     """Run the same inputs through every runtime and compare them to the reference."""
     from rlparity.artifacts.tables import render_validation
     from rlparity.validators.validate import ValidateOptions, validate as run_validation
@@ -169,6 +174,7 @@ def validate(path, runtimes, device, reference, batch, seed, opset, draws, json_
         device=device, reference=Path(reference) if reference else None,
         batch=batch, seed=seed, opset=opset, draws=draws,
         save_run=Path(save_run) if save_run else None, command=" ".join(["rlparity", *sys.argv[1:]]),
+        dtypes=_dtype_list(dtypes),
     )
     with console.status("validating") as status:
         report = run_validation(model, options, on_step=lambda step: status.update(step))
@@ -180,6 +186,14 @@ def validate(path, runtimes, device, reference, batch, seed, opset, draws, json_
     if json_out:
         report.write(json_out)
     sys.exit(exit_code(report))
+
+
+def _dtype_list(text: str | None) -> list[str] | None:
+    from rlparity.validators.torch_runtime import parse_dtype
+
+    if not text:
+        return None
+    return list(dict.fromkeys(parse_dtype(d) for d in text.split(",") if d.strip())) or None
 
 
 def exit_code(report, need_comparison: bool = True) -> int:
@@ -439,6 +453,117 @@ def publish(folder, target, dry_run, message, lfs):
     else:
         console.print(f"[green]published[/] {len(result.files)} files to {escape(repo.shown)} "
                       f"as commit {result.commit or '?'} on {result.branch}")
+
+
+
+@main.command("npu-check")
+@click.argument("path", type=click.Path(), required=False, default="sample:tinywalker")
+@click.option("--device", default="npu:0", show_default=True, metavar="DEV",
+              help="The accelerator to check: npu:N, cuda:N (or cpu, which takes the same path).")
+@click.option("--batch", type=click.IntRange(1, 100_000), default=64, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--draws", type=click.IntRange(16, 100_000), default=512, show_default=True)
+@click.option("--json", "json_out", metavar="FILE", help="Write the report as JSON to FILE (- for stdout).")
+@model_options
+def npu_check(path, device, batch, seed, draws, json_out, family, obs_sizes):
+    """Check an accelerator host: versions, devices, an operation, and PATH on the device.
+
+    PATH (default: the bundled sample) is run on the device with every parameter, input,
+    intermediate activation and output proven to live there, then validated against
+    torch-cpu and ort-cpu. Exit 4 names what is missing (torch_npu, a device, CANN).
+    """
+    from rlparity.artifacts.device_tables import render_npu_check
+    from rlparity.errors import AcceleratorUnavailable
+    from rlparity.validators.accelerator import npu_check as run_check, passed
+
+    model = load_model(path, family, obs_sizes)
+    with console.status(f"checking {device}") as status:
+        report = run_check(model, device, batch=batch, seed=seed, draws=draws, on_step=lambda step: status.update(step))
+    report.command = " ".join(["rlparity", *sys.argv[1:]])
+    render_npu_check(report.to_json(), console)
+    if json_out:
+        report.write(json_out)
+    first = report.extra["npu_check"]["checks"][0]
+    if not first["passed"]:
+        raise AcceleratorUnavailable(f"{report.extra['npu_check']['device']}: {first['detail']}")
+    if not passed(report) or report.verdict == "mismatch":
+        sys.exit(EXIT_MISMATCH)
+    sys.exit(0 if report.verdict == "pass" else exit_code(report))
+
+
+@main.command()
+@click.argument("path", type=click.Path())
+@click.option("--runtimes", default=None, metavar="LIST",
+              help="Comma-separated: torch-cpu, ort-cpu, ort-ref, torch-cuda:0, torch-npu:0 "
+                   "(default: torch-cpu, ort-cpu, and torch on --device).")
+@click.option("--device", default=None, metavar="DEV", help="Also time torch on this device: cuda, npu:0 ...")
+@click.option("--batch", "batches", default="1,8,64,512", show_default=True, metavar="N,N,...",
+              help="Batch sizes (rows per call).")
+@click.option("--runs", type=click.IntRange(1, 10_000_000), default=200, show_default=True,
+              help="Timed calls per runtime and batch.")
+@click.option("--warmup", type=click.IntRange(0, 10_000_000), default=20, show_default=True,
+              help="Untimed calls before them.")
+@click.option("--graph", is_flag=True,
+              help="Also time torch on the accelerator with its forward captured as a CUDA / NPU graph.")
+@click.option("--dtype", default="float32", show_default=True, help="Precision of the torch runtimes.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "json_out", metavar="FILE", help="Write the full report as JSON to FILE (- for stdout).")
+@click.option("--plot", "plot_out", metavar="FILE.png", help="Draw latency and throughput against batch size.")
+@model_options
+def bench(path, runtimes, device, batches, runs, warmup, graph, dtype, seed, json_out, plot_out, family, obs_sizes):
+    """Latency (first call, min/p50/p90/p95/p99/max) and decisions per second, per runtime and batch."""
+    import os
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from rlparity.artifacts.device_tables import render_bench
+    from rlparity.artifacts.plot import plot_bench, require_matplotlib
+    from rlparity.artifacts.tables import verdict_line
+    from rlparity.validators.bench import BenchOptions, bench as run_bench, series_for
+    from rlparity.validators.torch_runtime import parse_dtype
+
+    if plot_out:
+        require_matplotlib(plot_out)  # before anything is measured
+    options = BenchOptions(
+        runtimes=[r.strip() for r in runtimes.split(",") if r.strip()] if runtimes else None,
+        device=device, batches=_int_list(batches, "--batch"), runs=runs, warmup=warmup, graph=graph,
+        dtype=parse_dtype(dtype), seed=seed,
+    )
+    model = load_model(path, family, obs_sizes)
+    series_for(model, options)  # usage errors (unknown runtime, --graph on the CPU) first
+    # Redrawn only between measurements (auto_refresh off): a refresh thread would steal
+    # CPU time from the calls being timed.
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, auto_refresh=False, transient=True) as progress:
+        task = progress.add_task("bench", total=None)
+
+        def on_progress(step: str, done: int, total: int) -> None:
+            progress.update(task, description=step, completed=done, total=total)
+            progress.refresh()
+
+        report = run_bench(model, options, on_progress=on_progress)
+    report.command = " ".join(["rlparity", *sys.argv[1:]])
+    section = report.extra["bench"]
+    if plot_out:
+        title = f"{model.title}: {Path(str(model.source)).name}"
+        plot_bench(section, plot_out, title)
+        base = Path(json_out).resolve().parent if json_out and json_out != "-" else Path.cwd()
+        section["plot"] = os.path.relpath(Path(plot_out).resolve(), base)
+    data = report.to_json()
+    render_bench(data, console)
+    if report.comparisons:
+        console.print(verdict_line(data))
+    if json_out:
+        report.write(json_out)
+    unavailable = [r for r in report.runtimes if not r.available]
+    failed = [r for r in report.runtimes if r.available and r.error]
+    if any(not c["passed"] for c in report.comparisons):
+        sys.exit(EXIT_MISMATCH)
+    for r in unavailable:
+        console.print(f"[bold red]error:[/] {r.name}: unavailable: {escape(r.reason)}", soft_wrap=True)
+    if unavailable:
+        sys.exit(EXIT_ACCELERATOR_UNAVAILABLE)
+    sys.exit(EXIT_USER_ERROR if failed else 0)
 
 
 if __name__ == "__main__":

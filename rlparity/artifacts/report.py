@@ -56,10 +56,17 @@ class Report:
 
     @property
     def verdict(self) -> str:
-        """pass: every comparison passed; mismatch: one failed; incomplete: a runtime failed."""
-        if any(not c["passed"] for c in self.comparisons):
+        """pass: every comparison passed; mismatch: one failed; incomplete: a runtime failed.
+
+        The comparisons of a precision sweep (``extra["precision"]``) count too.
+        """
+        sweep = self.extra.get("precision") or []
+        comparisons = self.comparisons + [c for entry in sweep for c in entry.get("comparisons", [])]
+        if any(not c["passed"] for c in comparisons):
             return "mismatch"
         if any(r.available and r.error for r in self.runtimes) or not self.comparisons:
+            return "incomplete"
+        if any(entry.get("error") for entry in sweep):
             return "incomplete"
         return "pass"
 

@@ -154,6 +154,10 @@ def render_validation(report: dict[str, Any], console: Console) -> None:
         console.print(comparison_table(c))
     if report.get("extra", {}).get("decisions"):
         console.print(decisions_table(report["extra"]["decisions"]))
+    if report.get("extra", {}).get("precision"):
+        from rlparity.artifacts.device_tables import render_precision
+
+        render_precision(report, console)
     for note in report.get("notes", []):
         console.print(f"[yellow]note:[/] {escape(note)}")
     console.print(verdict_line(report))

@@ -94,6 +94,11 @@ class Family:
         """Per-output (atol, rtol) where the family needs other than the dtype default."""
         return {}
 
+    def float32_modules(self) -> list[str]:
+        """Submodules of the rebuild that stay float32 when it runs in a lower precision:
+        accumulated statistics (running variances, step counts) overflow float16."""
+        return []
+
     def decision_view(self, feeds: "Feeds", outputs: dict[str, dict[str, np.ndarray]]) -> dict[str, Any] | None:
         """A few input rows beside the scores and the action each runtime chose on them, for
         the report: ``{"title", "columns", "rows"}`` (e.g. a discrete policy's logits, softmax

@@ -211,6 +211,12 @@ class MLAgentsPolicy(Family):
             probs = module.action_probabilities(*args)
         return {"action_probabilities": probs.numpy()}
 
+    def float32_modules(self) -> list[str]:
+        # running_variance is a sum of squared deviations over every step the trainer saw
+        # (millions on a trained policy, beyond float16's 65504), and var / steps promotes
+        # the int64 step count to the input's dtype: both must stay float32.
+        return [f"{_OBS}.{i}.normalizer" for i, stats in enumerate(self.arch["normalizers"]) if stats is not None]
+
     # -- facts -------------------------------------------------------------------------
     def reference_export(self) -> Path | None:
         return getattr(self, "_reference", None)

@@ -19,12 +19,18 @@ import numpy as np
 
 from rlparity.spec import IOSpec, TensorSpec
 
-# Per-dtype (atol, rtol) defaults. fp32 per DESIGN.md; lower precisions get looser ones.
+# Per-dtype (atol, rtol) defaults, keyed by the precision the candidate ran in. fp32 per
+# DESIGN.md. float16 and bfloat16 (the rebuild cast, normalizers kept float32, compared with
+# the float32 reference) were set from measurements on the CPU: over 5 seeds x 512 rows of
+# TinyWalker and Huggy (3 x 512, outputs in [-1, 1]) the smallest atol that passed was
+# 2.8e-3 at rtol 1e-2 for float16 and 2.2e-2 at rtol 5e-2 for bfloat16 (float16 keeps 11
+# significant bits, bfloat16 8); the defaults leave a margin of 3.6x and 2.3x for deeper
+# networks and accelerator kernels that accumulate differently.
 DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
     "float64": (1e-8, 1e-7),
     "float32": (1e-5, 1e-4),
-    "float16": (1e-3, 1e-2),
-    "bfloat16": (1e-2, 5e-2),
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (5e-2, 5e-2),
 }
 # A sampled output passes while no element's statistic is further than this many standard
 # errors from the reference's. At 5.5 a correct runtime fails about once in 10^5 checks of
@@ -106,12 +112,15 @@ def compare_outputs(
             if draws_a is None or draws_b is None:
                 results.append(OutputComparison(t.name, "distribution", None, note="no draws collected"))
             else:
-                results.append(compare_distribution(t, draws_a, draws_b, scores=scores))
+                # A lower precision moves the sampled distribution as much as the values:
+                # the dtype's tolerance is allowed on each statistic before it counts.
+                allow = DEFAULT_TOLERANCES.get(dtype) if dtype else None
+                results.append(compare_distribution(t, draws_a, draws_b, scores=scores, tolerance=allow))
         elif not t.is_float:
             ref_scores = None
             if t.scores:
                 ref_scores = reference.get(t.scores, (scores or {}).get(t.scores))
-            results.append(compare_agreement(t, a, b, ref_scores, tolerance_for(t, tolerances)))
+            results.append(compare_agreement(t, a, b, ref_scores, tolerance_for(t, tolerances, dtype)))
         else:
             atol, rtol = tolerance_for(t, tolerances, dtype)
             results.append(compare_elementwise(t.name, a, b, atol, rtol, mask))
@@ -265,12 +274,15 @@ def _count_ties(t: TensorSpec, a: np.ndarray, b: np.ndarray, scores: np.ndarray,
 
 def compare_distribution(t: TensorSpec, draws_a: np.ndarray, draws_b: np.ndarray,
                          scores: dict[str, np.ndarray] | None = None,
-                         z_limit: float = DISTRIBUTION_Z) -> OutputComparison:
+                         z_limit: float = DISTRIBUTION_Z,
+                         tolerance: tuple[float, float] | None = None) -> OutputComparison:
     """Two-sample test per element: do both runtimes sample from the same distribution?
 
     ``draws_*``: [draws, rows, ...]. Continuous outputs compare per-element mean and
     standard deviation; discrete outputs compare per-category frequencies (one-hot means).
     Each statistic's difference is expressed in standard errors (z); the largest is reported.
+    ``tolerance`` (atol, rtol): a difference up to atol + rtol*|statistic| is allowed before
+    it counts (a candidate run in a lower precision).
     """
     if draws_a.shape[1:] != draws_b.shape[1:]:
         return OutputComparison(t.name, "distribution", False,
@@ -281,8 +293,8 @@ def compare_distribution(t: TensorSpec, draws_a: np.ndarray, draws_b: np.ndarray
         # First and second moments, each judged by its own sample variance: this stays
         # valid for clipped draws (mostly +-1 with a rare unclipped value), where the
         # normal-theory standard error of a standard deviation would cry wolf.
-        metrics["z_mean"] = _moment_z(a, b)
-        metrics["z_second_moment"] = _moment_z(a**2, b**2)
+        metrics["z_mean"] = _moment_z(a, b, tolerance)
+        metrics["z_second_moment"] = _moment_z(a**2, b**2, tolerance)
         metrics["max_mean_diff"] = float(np.abs(a.mean(0) - b.mean(0)).max())
         metrics["max_std_diff"] = float(np.abs(a.std(0) - b.std(0)).max())
         worst = max(metrics["z_mean"], metrics["z_second_moment"])
@@ -290,7 +302,8 @@ def compare_distribution(t: TensorSpec, draws_a: np.ndarray, draws_b: np.ndarray
         fa, fb = _frequencies(t, draws_a), _frequencies(t, draws_b)
         metrics = {"draws": int(draws_a.shape[0]), "elements": int(np.prod(draws_a.shape[1:]))}
         na, nb = draws_a.shape[0], draws_b.shape[0]
-        metrics["z_frequency"] = _max_z(fa, fb, fa * (1 - fa) / na, fb * (1 - fb) / nb, floor=1.0 / max(na, nb))
+        metrics["z_frequency"] = _max_z(fa, fb, fa * (1 - fa) / na, fb * (1 - fb) / nb, floor=1.0 / max(na, nb),
+                                        allowance=_allowance(fa, fb, tolerance))
         metrics["max_frequency_diff"] = float(np.abs(fa - fb).max())
         worst = metrics["z_frequency"]
         probabilities = _scores_for(t, scores, draws_b.shape[1])
@@ -300,6 +313,8 @@ def compare_distribution(t: TensorSpec, draws_a: np.ndarray, draws_b: np.ndarray
             if metrics["blocked_sampled"]:
                 worst = float("inf")
     metrics["z_limit"] = z_limit
+    if tolerance is not None:
+        metrics["allowed"] = {"atol": tolerance[0], "rtol": tolerance[1]}
     passed = bool(worst <= z_limit)
     note = "" if passed else "the sampled values do not follow the reference's distribution"
     if metrics.get("blocked_sampled"):
@@ -307,16 +322,24 @@ def compare_distribution(t: TensorSpec, draws_a: np.ndarray, draws_b: np.ndarray
     return OutputComparison(t.name, "distribution", passed, metrics, note=note)
 
 
-def _moment_z(a: np.ndarray, b: np.ndarray) -> float:
+def _moment_z(a: np.ndarray, b: np.ndarray, tolerance: tuple[float, float] | None = None) -> float:
     """Largest per-element difference of means over draws, in standard errors."""
     ma, mb = a.mean(0), b.mean(0)
     floor = 1e-7 + 1e-6 * np.maximum(np.abs(ma), np.abs(mb))  # float noise, not signal
-    return _max_z(ma, mb, a.var(0) / len(a), b.var(0) / len(b), floor)
+    return _max_z(ma, mb, a.var(0) / len(a), b.var(0) / len(b), floor, _allowance(ma, mb, tolerance))
 
 
-def _max_z(ma, mb, va, vb, floor: float | np.ndarray = 1e-6) -> float:
+def _allowance(ma, mb, tolerance: tuple[float, float] | None) -> float | np.ndarray:
+    if tolerance is None:
+        return 0.0
+    atol, rtol = tolerance
+    return atol + rtol * np.abs(mb)
+
+
+def _max_z(ma, mb, va, vb, floor: float | np.ndarray = 1e-6, allowance: float | np.ndarray = 0.0) -> float:
     se = np.sqrt(va + vb) + floor
-    return float((np.abs(ma - mb) / se).max()) if np.size(ma) else 0.0
+    excess = np.maximum(np.abs(ma - mb) - allowance, 0.0)
+    return float((excess / se).max()) if np.size(ma) else 0.0
 
 
 def _frequencies(t: TensorSpec, draws: np.ndarray) -> np.ndarray:

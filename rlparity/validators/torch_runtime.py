@@ -4,6 +4,12 @@ One code path for every device: tensors go to ``torch.device(name)`` and synchro
 goes through the device's backend module (``torch.cuda``, ``torch.npu``), which every
 torch release that NPU hosts run provides. torch_npu is imported only
 when an ``npu`` device is asked for; without it, the reason is stated, never a traceback.
+
+Lower precisions (``dtype="float16"`` / ``"bfloat16"``) cast the rebuild and its float
+inputs, except the modules the family names as keeping float32 (ML-Agents' observation
+normalizers, whose accumulated variance overflows float16): those keep float32 weights,
+get float32 inputs and hand their output back in the lower precision. Float outputs are
+returned as float32, so they compare directly with the float32 reference.
 """
 from __future__ import annotations
 
@@ -11,9 +17,21 @@ from typing import Any
 
 import numpy as np
 
-from rlparity.errors import AcceleratorUnavailable
+from rlparity.errors import AcceleratorUnavailable, UsageError
 from rlparity.spec import IOSpec
 from rlparity.validators.runtimes import Runtime
+
+DTYPES = ("float32", "float16", "bfloat16")
+_DTYPE_ALIASES = {"fp32": "float32", "float": "float32", "fp16": "float16", "half": "float16", "bf16": "bfloat16"}
+
+
+def parse_dtype(name: str) -> str:
+    """``"fp16"`` -> ``"float16"``; an unknown name is a usage error."""
+    key = name.strip().lower()
+    key = _DTYPE_ALIASES.get(key, key)
+    if key not in DTYPES:
+        raise UsageError(f"unknown dtype {name!r}: expected one of {', '.join(DTYPES)}")
+    return key
 
 
 def parse_device(device: str) -> tuple[str, int | None]:
@@ -54,15 +72,54 @@ def device_status(device: str) -> tuple[bool, str]:
     return True, ""
 
 
+def cast_module(module, dtype, keep_float32: tuple[str, ...] | list[str] = ()) -> None:
+    """Cast ``module``'s floating parameters and buffers to ``dtype`` in place, except
+    inside the submodules named in ``keep_float32``: those keep their float32 tensors,
+    receive float32 inputs and return their outputs in ``dtype`` (forward hooks)."""
+    import torch
+
+    kept = [module.get_submodule(name) for name in keep_float32]
+    inside_kept = {id(m) for k in kept for m in k.modules()}
+    for m in module.modules():
+        if id(m) in inside_kept:
+            continue
+        for p in m.parameters(recurse=False):
+            if p.is_floating_point():
+                p.data = p.data.to(dtype)
+        for key, b in list(m.named_buffers(recurse=False)):
+            if b.is_floating_point():
+                setattr(m, key, b.to(dtype))
+    for k in kept:
+        k.register_forward_pre_hook(lambda _m, args: _cast_floats(args, torch.float32))
+        k.register_forward_hook(lambda _m, _args, out: _cast_floats(out, dtype))
+
+
+def _cast_floats(value, dtype):
+    """Floating tensors in ``value`` (a tensor, or tuples and lists of them) cast to ``dtype``."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype) if value.is_floating_point() else value
+    if isinstance(value, (tuple, list)):
+        return type(value)(_cast_floats(v, dtype) for v in value)
+    return value
+
+
 class TorchRuntime(Runtime):
     kind = "torch"
 
-    def __init__(self, spec: IOSpec, device: str = "cpu", seed: int = 0):
+    def __init__(self, spec: IOSpec, device: str = "cpu", seed: int = 0, dtype: str = "float32",
+                 keep_float32: tuple[str, ...] | list[str] = (), seed_each_call: bool = True):
         kind, index = parse_device(device)
         self.spec = spec  # the module takes inputs and returns outputs in its order
         self.device = kind if index is None else f"{kind}:{index}"
         self.name = f"torch-{self.device}"
-        self.seed = seed  # sampled outputs draw from torch's generator: seeded per call
+        self.seed = seed
+        self.dtype = parse_dtype(dtype)
+        self.keep_float32 = tuple(keep_float32)  # module names that stay float32 (see cast_module)
+        # Validation reseeds before every call so sampled outputs are reproducible; a
+        # benchmark seeds once, as a deployment would.
+        self.seed_each_call = seed_each_call
         # Seeding costs ~80 us a call, as much as a small policy's forward: only when sampled.
         self.samples = any(t.role == "stochastic" for t in spec.outputs)
         self.module = None
@@ -78,20 +135,60 @@ class TorchRuntime(Runtime):
         ok, reason = self.available()
         if not ok:
             raise AcceleratorUnavailable(f"{self.device}: {reason}")
-        # The CPU reference keeps the family's module; other devices get their own copy.
-        self.module = model if self.device == "cpu" else copy.deepcopy(model).to(torch.device(self.device))
+        # The float32 CPU reference keeps the family's module; anything else gets its own copy.
+        if self.device == "cpu" and self.dtype == "float32":
+            self.module = model
+        else:
+            module = copy.deepcopy(model)
+            if self.dtype != "float32":
+                cast_module(module, getattr(torch, self.dtype), self.keep_float32)
+            self.module = module.to(torch.device(self.device))
         self.module.eval()
+        if not self.seed_each_call:
+            torch.manual_seed(self.seed)
+        # Looked up once: run() is timed by `bench`, where microseconds count.
+        self._device, self._dtype = torch.device(self.device), getattr(torch, self.dtype)
+        self._on_host = self.device == "cpu"
+        self._outputs = [(t.name, getattr(torch, t.dtype) if t.is_float else None) for t in self.spec.outputs]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.to_host(self.forward(self.to_device(feeds)))
+
+    # The three steps of run(), apart, for device graphs and for checks of where tensors live.
+    def to_device(self, feeds: dict[str, np.ndarray]) -> list:
+        """The module's positional inputs on the device, float inputs in the runtime's dtype."""
         import torch
 
-        device = torch.device(self.device)
-        args = [torch.from_numpy(np.ascontiguousarray(feeds[n])).to(device) for n in self.spec.input_names]
-        if self.samples:
-            torch.manual_seed(self.seed)
+        args = []
+        for name in self.spec.input_names:
+            x = torch.from_numpy(np.ascontiguousarray(feeds[name]))
+            if x.is_floating_point() and x.dtype != self._dtype:
+                x = x.to(self._device, self._dtype)
+            elif not self._on_host:
+                x = x.to(self._device)
+            args.append(x)
+        return args
+
+    def forward(self, args: list) -> tuple:
+        import torch
+
         with torch.inference_mode():
-            outputs = self.module(*args)
-        return {n: o.detach().cpu().numpy() for n, o in zip(self.spec.output_names, outputs)}
+            if self.seed_each_call and self.samples:
+                torch.manual_seed(self.seed)
+            return self.module(*args)
+
+    def to_host(self, outputs: tuple) -> dict[str, np.ndarray]:
+        """Outputs as numpy on the host; float outputs of a lower precision back in float32."""
+        host = {}
+        for (name, float_dtype), o in zip(self._outputs, outputs):
+            if o.requires_grad:  # a parameter returned as is (a constant output)
+                o = o.detach()
+            if float_dtype is not None and o.dtype != float_dtype and o.is_floating_point():
+                o = o.to("cpu", float_dtype)
+            elif not self._on_host:
+                o = o.cpu()
+            host[name] = o.numpy()
+        return host
 
     def synchronize(self) -> None:
         import torch
@@ -109,6 +206,9 @@ class TorchRuntime(Runtime):
 
         info = super().info()
         info["torch"] = torch.__version__
+        info["dtype"] = self.dtype
+        if self.dtype != "float32" and self.keep_float32:
+            info["kept_float32"] = list(self.keep_float32)
         if self.device != "cpu":
             try:
                 kind, index = parse_device(self.device)

@@ -41,6 +41,8 @@ class ValidateOptions:
     draws: int = 512                   # samples per element for stochastic outputs
     draw_rows: int = 8                 # rows of the batch the draws are taken on
     repeats: int = 20                  # timed calls per runtime after the first
+    dtypes: list[str] | None = None    # precision sweep: torch on the device in each dtype
+    extra_pairs: list[tuple[str, str]] | None = None  # (reference, candidate) comparisons to add
     save_run: Path | None = None       # write inputs, every runtime's outputs and metadata here
     command: str = ""                  # the command line, recorded in the report
 
@@ -162,6 +164,9 @@ def validate_with_arrays(family: Family, options: ValidateOptions,
         pairs = [(reference_name, name) for name in shape_outputs if name != reference_name]
         if OURS in shape_outputs and OFFICIAL in shape_outputs and reference_name != OFFICIAL:
             pairs.append((OFFICIAL, OURS))
+        for pair in options.extra_pairs or []:
+            if pair[0] in shape_outputs and pair[1] in shape_outputs and pair[0] != pair[1] and pair not in pairs:
+                pairs.append(pair)
         for ref, cand in pairs:
             comparison = compare_outputs(
                 spec, shape_outputs[ref], shape_outputs[cand], reference_name=ref, candidate_name=cand,
@@ -183,6 +188,15 @@ def validate_with_arrays(family: Family, options: ValidateOptions,
         view = family.decision_view(first, ordered)
         if view:
             report.extra["decisions"] = {"reference": reference_name, "inputs_digest": first.digest, **view}
+    if options.dtypes:
+        from rlparity.validators.precision import precision_sweep
+
+        report.extra["precision"] = precision_sweep(
+            family, options.dtypes, options.device or "cpu", feeds, seed=options.seed,
+            draw_feeds=draw_feeds, draws=options.draws,
+            reference=outputs.get(REFERENCE), reference_draws=draws.get(REFERENCE),
+            scores=family.scores(feeds.arrays), on_step=on_step,
+        )
     if options.save_run is not None:
         from rlparity.artifacts.saved_run import save_run
 
