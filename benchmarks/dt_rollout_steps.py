@@ -29,7 +29,12 @@ sys.path.insert(0, str(REPO))
 
 from rlparity import converters  # noqa: E402
 from rlparity.validators.ort import OrtRuntime  # noqa: E402
-from rlparity.validators.rollout import closed_loop_drift, fingerprint, first_divergence, play  # noqa: E402
+from rlparity.validators.rollout import (  # noqa: E402
+    closed_loop_drift,
+    fingerprint,
+    first_divergence,
+    play,
+)
 from rlparity.validators.torch_runtime import TorchRuntime  # noqa: E402
 
 DEFAULT_MODEL = REPO.parent / "shared" / "fixtures" / "dt" / "decision-transformer-gym-hopper-medium"

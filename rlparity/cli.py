@@ -13,7 +13,12 @@ from rich.console import Console
 from rich.markup import escape
 
 from rlparity import __version__
-from rlparity.errors import EXIT_ACCELERATOR_UNAVAILABLE, EXIT_MISMATCH, EXIT_USER_ERROR, UserError
+from rlparity.errors import (
+    EXIT_ACCELERATOR_UNAVAILABLE,
+    EXIT_MISMATCH,
+    EXIT_USER_ERROR,
+    UserError,
+)
 
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 140, highlight=False)
 
@@ -160,7 +165,8 @@ def validate(path, runtimes, device, reference, batch, seed, opset, draws, json_
              dtypes=None):
     """Run the same inputs through every runtime and compare them to the reference."""
     from rlparity.artifacts.tables import render_validation
-    from rlparity.validators.validate import ValidateOptions, validate as run_validation
+    from rlparity.validators.validate import ValidateOptions
+    from rlparity.validators.validate import validate as run_validation
 
     model = load_model(path, family, obs_sizes)
     if reference is not None and not Path(reference).is_file():
@@ -232,7 +238,8 @@ def diff(candidate, reference, inputs, atol, rtol, batch, seed, draws, json_out)
     cannot be read.
     """
     from rlparity.artifacts.diff_tables import render_diff
-    from rlparity.validators.diff import DiffOptions, diff as run_diff
+    from rlparity.validators.diff import DiffOptions
+    from rlparity.validators.diff import diff as run_diff
 
     options = DiffOptions(inputs=Path(inputs) if inputs else None, atol=atol, rtol=rtol, batch=batch, seed=seed, draws=draws)
     with console.status("comparing") as status:
@@ -305,10 +312,17 @@ def rollout(path, env_id, episodes, seed, runtimes, device, max_steps, opset, ta
     actions are continuous and that first difference is within float tolerance (the drift
     that follows is reported).
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     from rlparity.artifacts.tables import render_rollout
-    from rlparity.validators.rollout import RolloutOptions, rollout as run_rollout
+    from rlparity.validators.rollout import RolloutOptions
+    from rlparity.validators.rollout import rollout as run_rollout
 
     model = load_model(path, family, obs_sizes)
     options = RolloutOptions(
@@ -358,7 +372,12 @@ def rollout(path, env_id, episodes, seed, runtimes, device, max_steps, opset, ta
 def package(path, output, from_reports, base_model, force, runtimes, device, reference, batch, seed, opset, draws,
             family, obs_sizes):
     """Validate PATH and write a folder with the export, the evidence and a model card."""
-    from rlparity.artifacts.package import build_package, check_base_model, check_destination, read_reports
+    from rlparity.artifacts.package import (
+        build_package,
+        check_base_model,
+        check_destination,
+        read_reports,
+    )
     from rlparity.artifacts.tables import render_validation
     from rlparity.converters.safe_load import sha256_file
     from rlparity.validators.validate import ValidateOptions, validate_with_arrays
@@ -430,7 +449,8 @@ def publish(folder, target, dry_run, message, lfs):
     from rich.table import Table
 
     from rlparity.artifacts.package import verify_package
-    from rlparity.artifacts.publish import default_message, parse_target, publish as push
+    from rlparity.artifacts.publish import default_message, parse_target
+    from rlparity.artifacts.publish import publish as push
 
     repo = parse_target(target, lfs=lfs)
     folder_path = Path(folder)
@@ -474,7 +494,8 @@ def npu_check(path, device, batch, seed, draws, json_out, family, obs_sizes):
     """
     from rlparity.artifacts.device_tables import render_npu_check
     from rlparity.errors import AcceleratorUnavailable
-    from rlparity.validators.accelerator import npu_check as run_check, passed
+    from rlparity.validators.accelerator import npu_check as run_check
+    from rlparity.validators.accelerator import passed
 
     model = load_model(path, family, obs_sizes)
     with console.status(f"checking {device}") as status:
@@ -514,12 +535,19 @@ def bench(path, runtimes, device, batches, runs, warmup, graph, dtype, seed, jso
     """Latency (first call, min/p50/p90/p95/p99/max) and decisions per second, per runtime and batch."""
     import os
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     from rlparity.artifacts.device_tables import render_bench
     from rlparity.artifacts.plot import plot_bench, require_matplotlib
     from rlparity.artifacts.tables import verdict_line
-    from rlparity.validators.bench import BenchOptions, bench as run_bench, series_for
+    from rlparity.validators.bench import BenchOptions, series_for
+    from rlparity.validators.bench import bench as run_bench
     from rlparity.validators.torch_runtime import parse_dtype
 
     if plot_out:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import Any
 
-from rlparity.artifacts.tables import fmt
+from rlparity.artifacts.tables import comparison_detail, fmt
 
 # Files a package holds besides the export, and what each is (the package writes them).
 PACKAGE_FILES = {
@@ -221,28 +221,10 @@ def comparison_table(outputs: list[dict[str, Any]]) -> str:
             f"{100 * m['bit_match_rate']:.2f}%" if "bit_match_rate" in m else "-",
             fmt(m.get("max_abs")), fmt(m.get("max_rel")),
             fmt(m.get("cosine"), 7) if "cosine" in m else "-",
-            fmt(m.get("needed_atol")), _detail(o), "pass" if o["passed"] else ("FAIL" if o["passed"] is False else "n/a"),
+            fmt(m.get("needed_atol")), comparison_detail(o), "pass" if o["passed"] else ("FAIL" if o["passed"] is False else "n/a"),
         ])
     return md_table(["output", "rule", "bit-match", "max_abs", "max_rel", "cosine", "needed atol", "detail", "verdict"],
                     rows, right=range(2, 7))
-
-
-def _detail(o: dict[str, Any]) -> str:
-    m = o["metrics"]
-    parts = []
-    if o["rule"] == "exact" and m:
-        parts.append("equal" if m.get("equal") else "differs")
-    if o["rule"] == "agreement" and m:
-        parts.append(f"{100 * m.get('agreement', 0):.2f}% agree, {m.get('ties', 0)} ties")
-    if o["rule"] == "distribution" and m:
-        z = max(m.get(k, 0.0) for k in ("z_mean", "z_second_moment", "z_frequency"))
-        parts.append(f"z {fmt(z, 2)} of {fmt(m.get('z_limit'))} ({m.get('draws')} draws)")
-    if o["rule"] == "elementwise" and m.get("elements") is not None:
-        parts.append(f"{m['elements']:,} elements")
-    for key in ("scope", "note"):
-        if o.get(key):
-            parts.append(o[key])
-    return "; ".join(parts)
 
 
 def _timing(report: dict[str, Any]) -> str:

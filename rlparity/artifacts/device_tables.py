@@ -13,7 +13,13 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from rlparity.artifacts.tables import comparison_table, facts_table, fmt, runtimes_table, verdict_text
+from rlparity.artifacts.tables import (
+    comparison_table,
+    facts_table,
+    fmt,
+    runtimes_table,
+    verdict_text,
+)
 
 
 def _us(ms: float | None) -> str:

@@ -10,7 +10,12 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from rlparity.artifacts.tables import comparison_table, fmt, runtimes_table, verdict_line
+from rlparity.artifacts.tables import (
+    comparison_table,
+    fmt,
+    runtimes_table,
+    verdict_line,
+)
 
 MAX_DIFFERENCE_ROWS = 40
 SEVERITY_STYLE = {"error": "bold red", "note": "yellow"}

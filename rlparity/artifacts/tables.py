@@ -74,18 +74,25 @@ def render_inspect(info: dict[str, Any], console: Console) -> None:
         console.print(facts_table(info["graph_contents"], title="In the exported graph"))
 
 
+def runtime_status(r: dict[str, Any], done: str) -> Text:
+    """A runtime's outcome: unavailable (and why), failed (and why), or ``done``."""
+    if not r["available"]:
+        return Text(f"unavailable: {r['reason']}", style="yellow")
+    if r["error"]:
+        return Text(f"failed: {r['error']}", style="red")
+    return Text(done, style="green")
+
+
+def runtime_device(r: dict[str, Any]) -> str:
+    return r.get("info", {}).get("device_name") or r["device"]
+
+
 def runtimes_table(report: dict[str, Any]) -> Table:
     table = Table(title="Runtimes", box=box.SIMPLE_HEAVY, title_justify="left")
     for column in ("runtime", "device", "status", "first call ms", "median ms", "min ms"):
         table.add_column(column, justify="right" if "ms" in column else "left")
     for r in report["runtimes"]:
-        if not r["available"]:
-            status = Text(f"unavailable: {r['reason']}", style="yellow")
-        elif r["error"]:
-            status = Text(f"failed: {r['error']}", style="red")
-        else:
-            status = Text("ran", style="green")
-        device = r.get("info", {}).get("device_name") or r["device"]
+        status, device = runtime_status(r, "ran"), runtime_device(r)
         timing = r.get("timing", {})
         table.add_row(r["name"], Text(device), status, fmt(timing.get("first_call_ms")),
                       fmt(timing.get("median_ms")), fmt(timing.get("min_ms")))
@@ -111,11 +118,12 @@ def comparison_table(c: dict[str, Any]) -> Table:
         bit = f"{100 * m['bit_match_rate']:.1f}%" if "bit_match_rate" in m else "-"
         table.add_row(o["output"], o["rule"], bit, fmt(m.get("max_abs")), fmt(m.get("mean_abs")),
                       fmt(m.get("max_rel")), fmt(m.get("cosine"), 7) if "cosine" in m else "-",
-                      fmt(m.get("needed_atol")), Text(_detail(o)), verdict_text(o["passed"]))
+                      fmt(m.get("needed_atol")), Text(comparison_detail(o)), verdict_text(o["passed"]))
     return table
 
 
-def _detail(o: dict[str, Any]) -> str:
+def comparison_detail(o: dict[str, Any]) -> str:
+    """One output's comparison in words: what was checked, and its note (tables and card)."""
     m = o["metrics"]
     parts = []
     if o["rule"] == "exact" and m:
@@ -124,11 +132,12 @@ def _detail(o: dict[str, Any]) -> str:
         parts.append(f"{100 * m.get('agreement', 0):.2f}% agree, {m.get('ties', 0)} ties")
     if o["rule"] == "distribution" and m:
         z = max(m.get(k, 0.0) for k in ("z_mean", "z_second_moment", "z_frequency"))
-        parts.append(f"z {fmt(z, 2)} of {m['z_limit']} ({m['draws']} draws)")
-    if o.get("scope"):
-        parts.append(o["scope"])
-    if o.get("note"):
-        parts.append(o["note"])
+        parts.append(f"z {fmt(z, 2)} of {fmt(m.get('z_limit'))} ({m.get('draws')} draws)")
+    if o["rule"] == "elementwise" and m.get("elements") is not None and not o.get("scope"):
+        parts.append(f"{m['elements']:,} elements")
+    for key in ("scope", "note"):
+        if o.get(key):
+            parts.append(o[key])
     return "; ".join(parts)
 
 
@@ -212,13 +221,7 @@ def render_rollout(report: dict[str, Any], console: Console) -> None:
     by_runtime = {r["runtime"]: r for r in section["results"]}
     for r in report["runtimes"]:
         played = by_runtime.get(r["name"])
-        if not r["available"]:
-            status = Text(f"unavailable: {r['reason']}", style="yellow")
-        elif r["error"]:
-            status = Text(f"failed: {r['error']}", style="red")
-        else:
-            status = Text("played", style="green")
-        device = r.get("info", {}).get("device_name") or r["device"]
+        status, device = runtime_status(r, "played"), runtime_device(r)
         if played is None:
             table.add_row(r["name"], Text(device), status, *["-"] * 7)
             continue

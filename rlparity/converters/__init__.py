@@ -4,11 +4,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rlparity import samples
 from rlparity.converters.decision_transformer import DecisionTransformer
 from rlparity.converters.family import Family
 from rlparity.converters.mlagents import MLAgentsPolicy
 from rlparity.converters.sb3 import SB3Policy
-from rlparity import samples
 from rlparity.errors import UsageError, UserError
 
 # Most specific first: sniff() is tried in this order.

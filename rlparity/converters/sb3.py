@@ -24,7 +24,6 @@ No stable_baselines3 (nor gymnasium) import is needed at any point.
 """
 from __future__ import annotations
 
-import io
 import json
 import re
 import zipfile
@@ -34,8 +33,13 @@ from typing import Any
 import numpy as np
 
 from rlparity.converters.family import Family
-from rlparity.converters.safe_load import (PickleRefused, load_restricted_pickle, load_torch_bytes, require_file,
-                                           sha256_file)
+from rlparity.converters.safe_load import (
+    PickleRefused,
+    load_restricted_pickle,
+    load_torch_bytes,
+    require_file,
+    sha256_file,
+)
 from rlparity.errors import NotSupportedYet, UsageError, UserError
 from rlparity.spec import IOSpec, TensorSpec
 

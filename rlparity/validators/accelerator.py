@@ -221,9 +221,8 @@ def npu_check(family, device: str, *, batch: int = 64, seed: int = 0, draws: int
     the environment, the devices and the proof lines, and whose comparisons are the
     validation on the device. An unavailable device gives a report with that one failing
     line (the caller exits 4)."""
-    from rlparity.artifacts.report import Report, library_versions
-    from rlparity.validators.runtimes import OURS, REFERENCE, host_info, runtime_for_device
-    from rlparity.validators.validate import ValidateOptions, _source_facts, validate
+    from rlparity.validators.runtimes import OURS, REFERENCE, runtime_for_device
+    from rlparity.validators.validate import ValidateOptions, new_report, validate
 
     kind, index = parse_device(device)
     device = kind if index is None else f"{kind}:{index}"
@@ -232,8 +231,7 @@ def npu_check(family, device: str, *, batch: int = 64, seed: int = 0, draws: int
     reason = unavailable_reason(device)
     checks.append(check("device available", reason is None, reason or f"{device} can be used"))
     if reason is not None:
-        report = Report(family=family.name, title=family.title, source=_source_facts(family),
-                        io_spec=family.io_spec().to_json(), versions=library_versions(), host=host_info())
+        report = new_report(family, None, None, inputs={})
         report.extra["npu_check"] = section
         return report
 

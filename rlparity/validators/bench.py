@@ -48,13 +48,19 @@ from typing import Any, Callable
 
 import numpy as np
 
-from rlparity.artifacts.report import Report, RuntimeResult, library_versions
+from rlparity.artifacts.report import Report, RuntimeResult
 from rlparity.converters.family import Family
 from rlparity.errors import AcceleratorUnavailable, UsageError
 from rlparity.validators.compare import compare_outputs
 from rlparity.validators.ort import OrtRuntime
 from rlparity.validators.precision import dtype_tolerances
-from rlparity.validators.runtimes import OFFICIAL, OURS, REFERENCE, Runtime, host_info, runtime_for_device
+from rlparity.validators.runtimes import (
+    OFFICIAL,
+    OURS,
+    REFERENCE,
+    Runtime,
+    runtime_for_device,
+)
 from rlparity.validators.torch_runtime import TorchRuntime, parse_device, parse_dtype
 
 DEFAULT_BATCHES = (1, 8, 64, 512)
@@ -275,7 +281,7 @@ def bench(family: Family, options: BenchOptions,
           on_progress: Callable[[str, int, int], None] = lambda *_: None) -> Report:
     """Time every series at every batch size. ``on_progress(step, done, total)`` is called
     between measurements, never during one."""
-    from rlparity.validators.validate import _sha256, _source_facts
+    from rlparity.validators.validate import new_report
 
     dtype = parse_dtype(options.dtype)
     series = series_for(family, options)  # usage errors before any work
@@ -284,13 +290,7 @@ def bench(family: Family, options: BenchOptions,
     on_progress("exporting", done, total)
     ours = family.export()
     models = {OURS: ours, OFFICIAL: family.reference_export()}
-    report = Report(
-        family=family.name, title=family.title, source=_source_facts(family), io_spec=spec.to_json(),
-        graph_contents=family.graph_contents(),
-        export={"opset": family.default_opset, "sha256": _sha256(ours), "bytes": len(ours)},
-        inputs={"seed": options.seed, "batches": list(options.batches)},
-        versions=library_versions(), host=host_info(),
-    )
+    report = new_report(family, ours, None, inputs={"seed": options.seed, "batches": list(options.batches)})
 
     clocks: dict[str, DeviceClock] = {"cpu": DeviceClock("cpu")}
     for s in series:

@@ -30,7 +30,12 @@ from rlparity.errors import UserError
 from rlparity.spec import IOSpec, TensorSpec
 from rlparity.validators.compare import DEFAULT_TOLERANCES, compare_outputs
 from rlparity.validators.feeds import Feeds, make_feeds
-from rlparity.validators.localize import ancestors, first_divergence, lineage, node_values
+from rlparity.validators.localize import (
+    ancestors,
+    first_divergence,
+    lineage,
+    node_values,
+)
 
 SCHEMA = "rlparity.diff/1"
 BATCH = "batch"  # what the reference's leading dynamic input axis is called in the IOSpec

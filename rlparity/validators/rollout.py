@@ -30,12 +30,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from rlparity.artifacts.report import Report, RuntimeResult, library_versions
+from rlparity.artifacts.report import Report, RuntimeResult
 from rlparity.converters.family import Family
 from rlparity.errors import UsageError, UserError
 from rlparity.validators.compare import DEFAULT_TOLERANCES, Comparison, OutputComparison
-from rlparity.validators.runtimes import OFFICIAL, OURS, REFERENCE, host_info, runtime_for_device
-from rlparity.validators.validate import _sha256, _source_facts, make_runtime
+from rlparity.validators.runtimes import OFFICIAL, OURS, REFERENCE, runtime_for_device
+from rlparity.validators.validate import make_runtime, new_report
 
 Run = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 # Where continuous actions first differ, histories were identical: float32's element-wise rule.
@@ -235,18 +235,10 @@ def rollout(family: Family, options: RolloutOptions,
         env.close()
 
     ours = family.export(opset=options.opset) if any(r.kind == "onnxruntime" for r in runtimes.values()) else None
-    report = Report(
-        family=family.name,
-        title=family.title,
-        source=_source_facts(family),
-        io_spec=spec.to_json(),
-        graph_contents=family.graph_contents(),
-        export={"opset": options.opset or family.default_opset, "sha256": _sha256(ours), "bytes": len(ours)} if ours else {},
-        inputs={"env_id": options.env_id, "episodes": options.episodes, "seed": options.seed,
-                "seeds": f"{options.seed}..{options.seed + options.episodes - 1}", "max_steps": options.max_steps},
-        versions={**library_versions(), **_env_versions()},
-        host=host_info(),
-    )
+    report = new_report(family, ours, options.opset, inputs={
+        "env_id": options.env_id, "episodes": options.episodes, "seed": options.seed,
+        "seeds": f"{options.seed}..{options.seed + options.episodes - 1}", "max_steps": options.max_steps})
+    report.versions.update(_env_versions())
 
     played: dict[str, Episodes] = {}
     for name, runtime in runtimes.items():

@@ -22,9 +22,15 @@ from rlparity.spec import IOSpec
 from rlparity.validators.compare import compare_outputs
 from rlparity.validators.feeds import Feeds, digest_arrays
 from rlparity.validators.ort import OrtRuntime
-from rlparity.validators.runtimes import OFFICIAL, OURS, REFERENCE, Runtime, host_info, runtime_for_device
+from rlparity.validators.runtimes import (
+    OFFICIAL,
+    OURS,
+    REFERENCE,
+    Runtime,
+    host_info,
+    runtime_for_device,
+)
 from rlparity.validators.torch_runtime import TorchRuntime
-
 
 # Rows of the inputs shown with the scores and actions behind them (Family.decision_view).
 DECISION_ROWS = 8
@@ -103,19 +109,10 @@ def validate_with_arrays(family: Family, options: ValidateOptions,
     draw_feeds = feeds.take(min(options.draw_rows, feeds.batch)) if stochastic else None
     models = {OURS: ours, OFFICIAL: reference_path}
 
-    report = Report(
-        family=family.name,
-        title=family.title,
-        source=_source_facts(family),
-        io_spec=spec.to_json(),
-        graph_contents=family.graph_contents(),
-        export={"opset": options.opset or family.default_opset, "sha256": _sha256(ours), "bytes": len(ours)},
-        inputs={"seed": options.seed, "batch": feeds.batch, "rows": _row_summary(feeds), "digest": feeds.digest,
-                "draws": options.draws if stochastic else 0, "draw_rows": draw_feeds.batch if draw_feeds else 0},
-        versions=library_versions(),
-        host=host_info(),
-        command=options.command,
-    )
+    report = new_report(family, ours, options.opset, inputs={
+        "seed": options.seed, "batch": feeds.batch, "rows": _row_summary(feeds), "digest": feeds.digest,
+        "draws": options.draws if stochastic else 0, "draw_rows": draw_feeds.batch if draw_feeds else 0})
+    report.command = options.command
     if len(shapes) > 1:
         report.inputs["shapes"] = [{"axes": dict(shape), "rows": _row_summary(f), "digest": f.digest}
                                    for shape, f in zip(shapes, all_feeds)]
@@ -206,6 +203,21 @@ def validate_with_arrays(family: Family, options: ValidateOptions,
                  tolerances=family.tolerances(), scores=family.scores(feeds.arrays),
                  valid=family.valid_elements(feeds.arrays))
     return Validation(report, ours, feeds.arrays, outputs)
+
+
+def new_report(family: Family, ours: bytes | None, opset: int | None, inputs: dict) -> Report:
+    """A Report with what every command states: the model, its I/O, our export, versions, host."""
+    return Report(
+        family=family.name,
+        title=family.title,
+        source=_source_facts(family),
+        io_spec=family.io_spec().to_json(),
+        graph_contents=family.graph_contents(),
+        export={"opset": opset or family.default_opset, "sha256": _sha256(ours), "bytes": len(ours)} if ours else {},
+        inputs=inputs,
+        versions=library_versions(),
+        host=host_info(),
+    )
 
 
 def _other_axes(shape: dict[str, int]) -> dict[str, int]:

@@ -11,7 +11,13 @@ import pytest
 from huggingface_hub import ModelCard
 
 from rlparity.validators.feeds import digest_arrays
-from tests.artifacts.conftest import bench_section, png, rollout_section, tree, write_section_report
+from tests.artifacts.conftest import (
+    bench_section,
+    png,
+    rollout_section,
+    tree,
+    write_section_report,
+)
 from tests.conftest import TINYBRANCHES, TINYWALKER
 
 EXPECTED_FILES = {"README.md", "TinyWalker-1000.onnx", "report.json", "inputs.npz", "outputs.npz",

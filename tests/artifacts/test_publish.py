@@ -14,8 +14,21 @@ import pytest
 
 from rlparity import samples
 from rlparity.artifacts import publish as publishing
-from rlparity.artifacts.publish import HUB_GITATTRIBUTES, gitattributes, hub_operations, parse_target, plan
-from tests.artifacts.conftest import bare_repo, bench_section, git, png, tree, write_section_report
+from rlparity.artifacts.publish import (
+    HUB_GITATTRIBUTES,
+    gitattributes,
+    hub_operations,
+    parse_target,
+    plan,
+)
+from tests.artifacts.conftest import (
+    bare_repo,
+    bench_section,
+    git,
+    png,
+    tree,
+    write_section_report,
+)
 from tests.artifacts.git_http import GitHttpServer
 from tests.conftest import TINYWALKER, fixture_path
 

@@ -14,12 +14,16 @@ import numpy as np
 import pytest
 import torch
 
-from rlparity.validators.rollout import play
 from rlparity.converters.decision_transformer import (
-    HOPPER_MEDIUM_MEAN, HOPPER_MEDIUM_STD, DecisionTransformer, DecisionTransformerController, RolloutSettings,
+    HOPPER_MEDIUM_MEAN,
+    HOPPER_MEDIUM_STD,
+    DecisionTransformer,
+    DecisionTransformerController,
+    RolloutSettings,
 )
 from rlparity.errors import UserError
 from rlparity.validators.ort import OrtRuntime
+from rlparity.validators.rollout import play
 from rlparity.validators.torch_runtime import TorchRuntime
 from tests.conftest import FIXTURES, TINYHOPPER
 

@@ -8,7 +8,12 @@ import torch
 from torch import nn
 
 from rlparity.spec import IOSpec, TensorSpec
-from rlparity.validators.accelerator import cann_version, residency, tiny_op, unavailable_reason
+from rlparity.validators.accelerator import (
+    cann_version,
+    residency,
+    tiny_op,
+    unavailable_reason,
+)
 from rlparity.validators.torch_runtime import TorchRuntime
 from tests.conftest import TINYBRANCHES
 

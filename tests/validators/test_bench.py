@@ -13,9 +13,17 @@ from onnx import numpy_helper
 
 from rlparity import converters
 from rlparity.artifacts.report import Report
-from rlparity.validators.bench import BenchOptions, DeviceClock, GraphRuntime, Series, bench, series_for, summarize
-from rlparity.validators.torch_runtime import TorchRuntime
 from rlparity.errors import UsageError
+from rlparity.validators.bench import (
+    BenchOptions,
+    DeviceClock,
+    GraphRuntime,
+    Series,
+    bench,
+    series_for,
+    summarize,
+)
+from rlparity.validators.torch_runtime import TorchRuntime
 from tests.conftest import TINYBRANCHES, TINYWALKER
 
 RESULT_FIELDS = {

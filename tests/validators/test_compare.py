@@ -6,8 +6,14 @@ import pytest
 
 from rlparity.spec import IOSpec, TensorSpec
 from rlparity.validators.compare import (
-    bit_match_rate, compare_agreement, compare_distribution, compare_elementwise, compare_exact,
-    compare_outputs, float_metrics, ulp_histogram,
+    bit_match_rate,
+    compare_agreement,
+    compare_distribution,
+    compare_elementwise,
+    compare_exact,
+    compare_outputs,
+    float_metrics,
+    ulp_histogram,
 )
 
 

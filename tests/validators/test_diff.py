@@ -419,8 +419,9 @@ def test_bad_inputs_files_are_one_line_errors(run_cli, tmp_path):
 
 
 def test_json_to_stdout(run_cli, tmp_path):
-    from rlparity.cli import main
     from click.testing import CliRunner
+
+    from rlparity.cli import main
 
     result = CliRunner().invoke(main, ["diff", str(WALKER), "--ref", str(WALKER), "--json", "-", "--batch", "8"])
     data = json.loads(result.output[result.output.index("{\n"):result.output.rindex("}") + 1])
@@ -430,7 +431,12 @@ def test_json_to_stdout(run_cli, tmp_path):
 
 def test_scores_behind_discrete_decisions_are_found_for_ties():
     """deterministic_discrete_actions = Concat(ArgMax(softmax_b)): the softmaxes tell ties."""
-    from rlparity.validators.diff import GraphInfo, _with_scores, argmax_scores, generate_feeds
+    from rlparity.validators.diff import (
+        GraphInfo,
+        _with_scores,
+        argmax_scores,
+        generate_feeds,
+    )
 
     info = GraphInfo(onnx.load(str(BRANCHES)))
     sources = argmax_scores(info, "deterministic_discrete_actions")

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from rlparity import converters
+from rlparity.spec import TensorSpec
 from rlparity.validators.compare import DEFAULT_TOLERANCES, compare_distribution
 from rlparity.validators.precision import precision_sweep
 from rlparity.validators.torch_runtime import TorchRuntime, cast_module
 from rlparity.validators.validate import ValidateOptions, validate
-from rlparity.spec import TensorSpec
 from tests.conftest import TINYBRANCHES, TINYWALKER, fixture_path
 
 FLOAT16_MAX = torch.finfo(torch.float16).max  # 65504

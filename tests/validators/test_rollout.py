@@ -8,7 +8,13 @@ import pytest
 
 from rlparity import converters
 from rlparity.validators.ort import OrtRuntime
-from rlparity.validators.rollout import Controller, fingerprint, first_divergence, make_env, play
+from rlparity.validators.rollout import (
+    Controller,
+    fingerprint,
+    first_divergence,
+    make_env,
+    play,
+)
 from rlparity.validators.torch_runtime import TorchRuntime
 from tests.converters.test_bad_input import assert_clean_error
 
