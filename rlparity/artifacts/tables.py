@@ -176,7 +176,8 @@ def verdict_line(report: dict[str, Any]) -> Text:
     verdict = report["verdict"]
     failed = [f"{c['candidate']} vs {c['reference']}" for c in report["comparisons"] if not c["passed"]]
     if verdict == "pass":
-        return Text(f"verdict: PASS ({len(report['comparisons'])} comparisons)", style="bold green")
+        n = len(report["comparisons"])
+        return Text(f"verdict: PASS ({n} comparison{'' if n == 1 else 's'})", style="bold green")
     if verdict == "mismatch":
         return Text(f"verdict: MISMATCH in {', '.join(failed)}", style="bold red")
     return Text("verdict: INCOMPLETE (a runtime failed or nothing was compared)", style="bold yellow")
