@@ -94,7 +94,7 @@ def runtimes_table(report: dict[str, Any]) -> Table:
     for r in report["runtimes"]:
         status, device = runtime_status(r, "ran"), runtime_device(r)
         timing = r.get("timing", {})
-        table.add_row(r["name"], Text(device), status, fmt(timing.get("first_call_ms")),
+        table.add_row(Text(r["name"]), Text(device), status, fmt(timing.get("first_call_ms")),
                       fmt(timing.get("median_ms")), fmt(timing.get("min_ms")))
     return table
 
@@ -105,7 +105,7 @@ def comparison_table(c: dict[str, Any]) -> Table:
         title += "  (" + ", ".join(f"{axis} {size}" for axis, size in c["shape"].items()) + ")"
     tolerances = {(o["atol"], o["rtol"]) for o in c["outputs"] if o["rule"] == "elementwise" and o.get("atol") is not None}
     caption = "; ".join(f"element-wise: |a-b| <= {fmt(a)} + {fmt(r)}*|ref|" for a, r in sorted(tolerances))
-    table = Table(title=title, caption=caption or None, box=box.SIMPLE_HEAVY, title_justify="left",
+    table = Table(title=escape(title), caption=caption or None, box=box.SIMPLE_HEAVY, title_justify="left",
                   caption_justify="left")
     table.add_column("output", no_wrap=True)
     table.add_column("rule")
@@ -116,7 +116,7 @@ def comparison_table(c: dict[str, Any]) -> Table:
     for o in c["outputs"]:
         m = o["metrics"]
         bit = f"{100 * m['bit_match_rate']:.1f}%" if "bit_match_rate" in m else "-"
-        table.add_row(o["output"], o["rule"], bit, fmt(m.get("max_abs")), fmt(m.get("mean_abs")),
+        table.add_row(Text(o["output"]), o["rule"], bit, fmt(m.get("max_abs")), fmt(m.get("mean_abs")),
                       fmt(m.get("max_rel")), fmt(m.get("cosine"), 7) if "cosine" in m else "-",
                       fmt(m.get("needed_atol")), Text(comparison_detail(o)), verdict_text(o["passed"]))
     return table

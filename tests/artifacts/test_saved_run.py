@@ -182,3 +182,16 @@ def test_save_run_refuses_a_folder_in_use_before_validating(run_cli, tmp_path):
     assert result.exit_code == 1 and "is not a saved run" in result.output
     assert "Runtimes" not in result.output  # refused before any work
     assert (tmp_path / "busy" / "notes.txt").read_text() == "mine"
+
+
+def test_names_from_a_saved_run_are_shown_as_text(walker_run, run_cli, tmp_path):
+    """run.json comes from another host: a runtime named like rich markup is printed as written."""
+    folder = shutil.copytree(walker_run, tmp_path / "run")
+    meta = json.loads((folder / "run.json").read_text())
+    meta["runtimes"][1]["name"] = "[/odd]"
+    meta["created"] = "[/when]"
+    meta["report"]["family"] = "[/family]"
+    (folder / "run.json").write_text(json.dumps(meta))
+    result = run_cli("compare", folder)
+    assert result.exit_code == 0, result.output
+    assert "[/odd] vs torch-cpu" in result.output and "[/when]" in result.output and "[/family]" in result.output

@@ -450,3 +450,21 @@ def test_scores_behind_discrete_decisions_are_found_for_ties():
     assert probabilities.shape == (16, 8)
     np.testing.assert_allclose(probabilities[:, :3].sum(axis=1), 1.0, rtol=1e-5)
     assert (probabilities[:, :3] * feeds.arrays["action_masks"][:, :3] == probabilities[:, :3]).all()  # masked out
+
+
+def test_names_that_look_like_markup_are_shown_as_written(run_cli, tmp_path):
+    """Tensor and node names come from the files: '[/y]' or 'out[bold]' are text, not table markup."""
+    from onnx import TensorProto, helper
+
+    def graph(op: str, path: Path) -> Path:
+        x = helper.make_tensor_value_info("x[bold]", TensorProto.FLOAT, ["batch", 3])
+        y = helper.make_tensor_value_info("[/y]", TensorProto.FLOAT, ["batch", 3])
+        node = helper.make_node(op, ["x[bold]"], ["[/y]"], name="[/node]")
+        model = helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+        onnx.save(model, str(path))
+        return path
+
+    result, data = run(run_cli, graph("Sigmoid", tmp_path / "c.onnx"), graph("Relu", tmp_path / "r.onnx"), tmp_path)
+    assert result.exit_code == 3, result.output
+    assert data["first_divergence"]["node"] == "[/node]"
+    assert "[/y]" in result.output and "[/node]" in result.output and "x[bold]" in result.output
