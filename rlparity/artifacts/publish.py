@@ -335,14 +335,12 @@ def _push_with_git(folder: Path, target: Target, files: list[PlannedFile], messa
             branch = git("symbolic-ref", "--short", "HEAD", cwd=work).stdout.strip() or "main"
             if target.lfs:
                 git("lfs", "install", "--local", cwd=work)
-                existing = work / ".gitattributes"
+                existing = _in_clone(work, ".gitattributes")
                 text = gitattributes(existing.read_text() if existing.is_file() else None, files)
                 existing.write_text(text)
             for f in files:
-                if f.path == ".gitattributes":
-                    continue
-                (work / f.path).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(folder / f.path, work / f.path)
+                if f.path != ".gitattributes":
+                    shutil.copyfile(folder / f.path, _in_clone(work, f.path))
             git("add", "--all", "--", *[f.path for f in files], cwd=work)
             if git("diff", "--cached", "--quiet", cwd=work, check=False).returncode == 0:
                 result.unchanged, result.branch = True, branch
@@ -357,6 +355,19 @@ def _push_with_git(folder: Path, target: Target, files: list[PlannedFile], messa
             result.branch = branch
         except _Failed as e:
             raise UserError(str(e), target.shown) from None
+
+
+def _in_clone(work: Path, relative: str) -> Path:
+    """Where ``relative`` goes in the clone, safe to read and write: a symbolic link the remote
+    holds there, or on the way there, is removed first, so that nothing outside the clone is
+    read or overwritten (the file then replaces the link in the commit)."""
+    path = work
+    for part in relative.split("/"):
+        path = path / part
+        if path.is_symlink():
+            path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _require_git_lfs(git: _Git, files: list[PlannedFile], target: Target) -> None:

@@ -310,3 +310,28 @@ def test_a_folder_that_is_not_the_package_is_refused(run_cli, tmp_path, walker_p
         (line,) = [line for line in result.output.splitlines() if line.startswith("error:")]
         assert expected in line
     assert git("for-each-ref", cwd=remote) == ""
+
+
+def test_links_in_the_remote_are_replaced_never_written_through(run_cli, tmp_path, walker_package):
+    """A remote whose README.md and .gitattributes are symbolic links to files of this machine:
+    publishing replaces the links with the package's files and leaves those files alone."""
+    outside = {name: tmp_path / name for name in ("victim-readme", "victim-attributes")}
+    for path in outside.values():
+        path.write_text("mine\n")
+    seed = tmp_path / "seed"
+    git("init", "--quiet", str(seed))
+    os.symlink(outside["victim-readme"], seed / "README.md")
+    os.symlink(outside["victim-attributes"], seed / ".gitattributes")
+    git("add", "--all", cwd=seed)
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "links", cwd=seed)
+    remote = bare_repo(tmp_path / "remote.git")
+    git("push", "--quiet", str(remote), "HEAD:refs/heads/main", cwd=seed)
+    git("symbolic-ref", "HEAD", "refs/heads/main", cwd=remote)
+
+    result = run_cli("publish", walker_package, "--repo", remote)
+    assert result.exit_code == 0, result.output
+    assert all(path.read_text() == "mine\n" for path in outside.values())
+    clone = tmp_path / "clone"
+    git("clone", "--quiet", str(remote), str(clone))
+    assert not (clone / "README.md").is_symlink()
+    assert (clone / "README.md").read_bytes() == (walker_package / "README.md").read_bytes()
