@@ -118,11 +118,12 @@ def parse_target(text: str, lfs: bool | None = None) -> Target:
         shown = f"hf://{repo_id}" + (f" at {_without_credentials(endpoint)}" if endpoint else "")
         return Target("hub", repo_id, shown, hub_host=True, lfs=True)
     if "://" in text:
-        parts = urlsplit(text)
-        host = parts.hostname or ""
-        netloc = host + (f":{parts.port}" if parts.port else "")
-        clean = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-        hub = _is_hub_host(host)
+        try:
+            parts = urlsplit(text)
+        except ValueError as e:  # e.g. "Invalid IPv6 URL"; the message never holds the URL
+            raise UsageError(f"--repo: not a URL git can use: {e}") from None
+        clean = _without_credentials(text)
+        hub = _is_hub_host(parts.hostname or "")
         return Target("git", clean, clean, hub, hub if lfs is None else lfs,
                       username=parts.username or None, password=parts.password or None)
     scp = re.fullmatch(r"(?:[\w.-]+@)?([\w.-]+):(?!//)(.+)", text)
@@ -142,11 +143,12 @@ def _is_hub_host(host: str) -> bool:
 
 
 def _without_credentials(url: str) -> str:
+    """``url`` without its ``user:password@``; host and port as written (an IPv6 host keeps
+    its brackets, a bad port is left for git to refuse)."""
     parts = urlsplit(url)
-    if not parts.username and not parts.password:
+    if "@" not in parts.netloc:
         return url
-    netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 # -- what would be pushed ------------------------------------------------------------

@@ -335,3 +335,14 @@ def test_links_in_the_remote_are_replaced_never_written_through(run_cli, tmp_pat
     git("clone", "--quiet", str(remote), str(clone))
     assert not (clone / "README.md").is_symlink()
     assert (clone / "README.md").read_bytes() == (walker_package / "README.md").read_bytes()
+
+
+def test_urls_keep_their_host_as_written_and_bad_ones_are_clean_errors(run_cli, walker_package):
+    ipv6 = parse_target(f"https://alice:{CANARY}@[::1]:8080/alice/tinywalker.git")
+    assert ipv6.location == "https://[::1]:8080/alice/tinywalker.git" and ipv6.password == CANARY
+    assert parse_target("https://gitcode.com:abc/x.git").location == "https://gitcode.com:abc/x.git"  # git refuses it
+    result = run_cli("publish", walker_package, "--repo", "https://gitcode.com:abc/x.git", "--dry-run")
+    assert result.exit_code == 0, result.output  # nothing is contacted in a dry run
+    result = run_cli("publish", walker_package, "--repo", f"https://alice:{CANARY}@[::1/x.git", "--dry-run")
+    assert result.exit_code == 2 and "not a URL git can use" in result.output
+    assert CANARY not in result.output
