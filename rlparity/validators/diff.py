@@ -581,6 +581,8 @@ def load_feeds(path: Path, spec: IOSpec) -> Feeds:
         if a.ndim != len(t.shape) or any(isinstance(d, int) and d != s for d, s in zip(t.shape, a.shape)):
             raise UserError(f"{t.name!r} has shape {list(a.shape)}, the reference takes {_shape_text(t.shape)}", path)
         if t.shape and t.shape[0] == BATCH:
+            if a.shape[0] == 0:
+                raise UserError(f"{t.name!r} has no rows", path)
             if batch is not None and a.shape[0] != batch:
                 raise UserError(f"{t.name!r} has {a.shape[0]} rows, the other inputs {batch}", path)
             batch = a.shape[0]

@@ -409,8 +409,11 @@ def test_bad_inputs_files_are_one_line_errors(run_cli, tmp_path):
     np.savez(wrong_dtype, obs_0=np.zeros((2, 12)), obs_1=np.zeros((2, 5)))
     pickled = tmp_path / "pickled.npz"
     pickled.write_bytes(pickle.dumps(Payload()))
+    empty = tmp_path / "empty.npz"
+    np.savez(empty, obs_0=np.zeros((0, 12), np.float32), obs_1=np.zeros((0, 5), np.float32))
     for path, message in ((hostile, "not a readable .npz archive"), (wrong_key, "no array named 'obs_1'"),
                           (wrong_dtype, "'obs_0' is float64, the reference takes float32"),
+                          (empty, "'obs_0' has no rows"),
                           (pickled, "not a readable .npz archive")):
         result = run(run_cli, WALKER, WALKER, tmp_path, "--inputs", path)[0]
         assert result.exit_code == 1 and message in result.output, result.output
