@@ -225,7 +225,8 @@ def npu_check(family, device: str, *, batch: int = 64, seed: int = 0, draws: int
     from rlparity.validators.validate import ValidateOptions, new_report, validate
 
     kind, index = parse_device(device)
-    device = kind if index is None else f"{kind}:{index}"
+    # "cpu:0" is torch.device("cpu") (its tensors report no index): spelt as tensors report it
+    device = "cpu" if kind == "cpu" else f"{kind}:{index}"
     section: dict[str, Any] = {"device": device, "environment": environment(device), "devices": {}, "checks": []}
     checks = section["checks"]
     reason = unavailable_reason(device)

@@ -36,6 +36,14 @@ def test_npu_check_on_the_cpu_passes_every_proof(run_cli, tmp_path):
     assert "modules hooked" in activations["detail"] and activations["detail"].startswith("20 of 20")
 
 
+def test_npu_check_on_cpu_0_is_the_cpu(run_cli, tmp_path):
+    """torch.device("cpu:0") != torch.device("cpu"), yet every CPU tensor reports "cpu"."""
+    result = run_cli("npu-check", "--device", "cpu:0", "--batch", "8", "--draws", "16", "--json", tmp_path / "c.json")
+    assert result.exit_code == 0, result.output
+    section = json.loads((tmp_path / "c.json").read_text())["extra"]["npu_check"]
+    assert section["device"] == "cpu" and all(c["passed"] for c in section["checks"])
+
+
 def test_npu_check_of_a_discrete_policy(run_cli):
     result = run_cli("npu-check", TINYBRANCHES, "--device", "cpu", "--batch", "16", "--draws", "64")
     assert result.exit_code == 0, result.output
