@@ -204,7 +204,8 @@ def _recorder(seen: dict[str, list], name: str):
 
     def record(_module, _inputs, output):
         flat = output if isinstance(output, (tuple, list)) else [output]
-        seen[name] = [t for t in flat if isinstance(t, torch.Tensor)]
+        # every call counts: a module applied twice (a shared activation) is checked both times
+        seen.setdefault(name, []).extend(t for t in flat if isinstance(t, torch.Tensor))
     return record
 
 
