@@ -283,7 +283,10 @@ def _rollout(report: dict[str, Any]) -> str:
              md_table(["runtime", "mean return", "std return", "mean length", "std length", "returns", "fingerprint"],
                       rows, right=range(1, 5)), ""]
     divergence = rollout.get("first_divergence")
-    if rollout.get("identical_actions"):
+    if len(rollout["results"]) < 2:
+        lines.append(f"Only {', '.join(r['runtime'] for r in rollout['results']) or 'no runtime'} played: "
+                     "no other runtime to compare its actions with.")
+    elif rollout.get("identical_actions"):
         lines.append("Every runtime took identical actions at every step of every episode.")
     elif divergence:
         a, b = divergence["runtimes"]

@@ -242,18 +242,28 @@ def _rate(value: float | None, decimals: int = 0) -> str:
 
 
 def rollout_verdict_line(report: dict[str, Any]) -> Text:
+    """As the exit code decides: a mismatch first, then a runtime that did not play, then a pass."""
     section = report["extra"]["rollout"]
-    divergence = section.get("first_divergence")
     played = len(section["results"])
-    if divergence:
-        a, b = divergence["runtimes"]
-        where = f"episode {divergence['episode']}, step {divergence['step']} (max_abs {divergence['max_abs']:.3g})"
-        if all(c["passed"] for c in report["comparisons"]):
-            return Text(f"verdict: PASS within tolerance: {b} first acted differently from {a} at {where}, "
-                        "within float tolerance; later differences are closed-loop drift (see above)", style="bold green")
-        return Text(f"verdict: MISMATCH: {b} acted differently from {a} first at {where}", style="bold red")
+    failed = [c for c in report["comparisons"] if not c["passed"]]
+    if failed:  # the failing pair itself: the earliest divergence may be another, within tolerance
+        c = failed[0]
+        where = _divergence_text(c["outputs"][0]["metrics"].get("first_divergence") or {})
+        return Text(f"verdict: MISMATCH: {c['candidate']} acted differently from {c['reference']} first at {where}",
+                    style="bold red")
     if played < len(report["runtimes"]) or played == 0:
         return Text("verdict: INCOMPLETE (a runtime did not play)", style="bold yellow")
+    divergence = section.get("first_divergence")
+    if divergence:
+        a, b = divergence["runtimes"]
+        return Text(f"verdict: PASS within tolerance: {b} first acted differently from {a} at "
+                    f"{_divergence_text(divergence)}, within float tolerance; later differences are closed-loop "
+                    "drift (see above)", style="bold green")
     if played == 1:
         return Text("verdict: PLAYED (one runtime: nothing to compare)", style="bold green")
     return Text(f"verdict: PASS (identical actions on all {played} runtimes)", style="bold green")
+
+
+def _divergence_text(d: dict[str, Any]) -> str:
+    max_abs = "-" if d.get("max_abs") is None else f"{d['max_abs']:.3g}"
+    return f"episode {d.get('episode')}, step {d.get('step')} (max_abs {max_abs})"

@@ -380,7 +380,7 @@ def _rollout_section(options: RolloutOptions, played: dict[str, Episodes]) -> di
         "seed": options.seed,
         "max_steps": options.max_steps,
         "results": results,
-        "identical_actions": len(played) > 0 and not divergences,
+        "identical_actions": len(played) > 1 and not divergences,  # established only by comparing two
         "first_divergence": divergences[0] if divergences else None,
     }
 
