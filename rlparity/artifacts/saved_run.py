@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from rlparity.artifacts.report import Report, RuntimeResult
+from rlparity.artifacts.report import Report, RuntimeResult, dumps_json
 from rlparity.errors import UsageError, UserError
 from rlparity.spec import IOSpec, TensorSpec
 from rlparity.validators.compare import DEFAULT_TOLERANCES, compare_outputs
@@ -122,18 +122,10 @@ def save_run(path: str | Path, report: Report, spec: IOSpec, feeds: Feeds,
             "valid": write("valid.npz", {k: np.asarray(v) for k, v in valid.items()}) if valid else None,
             "report": report.to_json(),
         }
-        (root / METADATA).write_text(json.dumps(meta, indent=2, default=_json_default) + "\n")
+        (root / METADATA).write_text(dumps_json(meta))
     except OSError as e:
         raise UserError(f"cannot write the saved run: {e.strerror or e}", root) from None
     return root
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"cannot serialise {type(value).__name__}")
 
 
 # -- loading -----------------------------------------------------------------------------------
