@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import Any
 
-from rlparity.artifacts.tables import comparison_detail, fmt
+from rlparity.artifacts.tables import comparison_detail, fmt, runtime_device, runtime_status
 
 # Files a package holds besides the export, and what each is (the package writes them).
 PACKAGE_FILES = {
@@ -230,16 +230,9 @@ def comparison_table(outputs: list[dict[str, Any]]) -> str:
 def _timing(report: dict[str, Any]) -> str:
     rows = []
     for r in report["runtimes"]:
-        device = r.get("info", {}).get("device_name") or r["device"]
         t = r.get("timing", {})
-        if not r["available"]:
-            status = f"unavailable: {r['reason']}"
-        elif r.get("error"):
-            status = f"failed: {r['error']}"
-        else:
-            status = "ran"
-        rows.append([r["name"], device, status, fmt(t.get("first_call_ms")), fmt(t.get("median_ms")),
-                     fmt(t.get("min_ms")), str(t.get("repeats", "-"))])
+        rows.append([r["name"], runtime_device(r), runtime_status(r, "ran").plain, fmt(t.get("first_call_ms")),
+                     fmt(t.get("median_ms")), fmt(t.get("min_ms")), str(t.get("repeats", "-"))])
     host = report.get("host", {})
     return ("## Runtimes and timing\n\n"
             f"Wall-clock times of one call on the validation batch of {report['inputs']['batch']} rows "
@@ -346,7 +339,7 @@ def _environment(report: dict[str, Any]) -> str:
     host = report.get("host", {})
     rows = [[name, f"`{version}`"] for name, version in versions.items()]
     rows += [[f"host {key}", f"`{value}`"] for key, value in host.items() if key != "python"]
-    devices = sorted({r.get("info", {}).get("device_name") or r["device"] for r in report["runtimes"] if r["available"]})
+    devices = sorted({runtime_device(r) for r in report["runtimes"] if r["available"]})
     rows.append(["devices", ", ".join(f"`{d}`" for d in devices) or "-"])
     return ("## Environment\n\n" + md_table(["", "version"], rows)
             + f"\n\nRendered by rlparity from `report.json` (schema `{report.get('schema')}`, "
