@@ -99,6 +99,21 @@ def render_card(report: dict[str, Any], onnx_name: str, base_model: str | None =
     return text
 
 
+def section_problem(name: str, section: Any) -> str | None:
+    """Why ``extra[name]`` of another report cannot be rendered into a card (it is not in the
+    shape rlparity writes), or None. Sections the card does not show are not checked."""
+    render = {"bench": _bench, "rollout": _rollout, "precision": _precision}.get(name)
+    if render is None:
+        return None
+    report = {"family": "-", "source": {"path": "-"}, "extra": {name: section}}
+    try:
+        render(report)
+        card_data(report)  # the model-index reads the rollout returns
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+        return f"{type(e).__name__}: {' '.join(str(e).split())[:120]}"
+    return None
+
+
 # -- sections ------------------------------------------------------------------------
 def _summary(report: dict[str, Any], onnx_name: str) -> str:
     source, export = report["source"], report.get("export", {})
