@@ -100,9 +100,13 @@ def _bench_plot(bench: dict[str, Any], report_path: Path) -> Path | None:
                         report_path)
     if PurePosixPath(name).suffix.lower() not in PLOT_SUFFIXES:
         raise UserError(f"its bench plot must be an image ({', '.join(PLOT_SUFFIXES)}), not {name!r}", report_path)
-    plot = Path(report_path).parent / name
+    folder = Path(report_path).parent
+    plot = folder / name
     if plot.is_symlink() or not plot.is_file():
         raise UserError(f"the bench plot it names, {name}, is not a file beside it", report_path)
+    if folder.resolve() not in plot.resolve().parents:  # a linked folder on the way
+        raise UserError(f"the bench plot it names, {name}, lies outside its folder (through a symbolic link)",
+                        report_path)
     return plot
 
 
