@@ -714,8 +714,13 @@ def diff(candidate_path: str | Path, reference_path: str | Path, options: DiffOp
     on_step("reading the models")
     ref = GraphInfo(load_onnx(reference_path))
     cand = GraphInfo(load_onnx(candidate_path))
-    spec = io_spec_from_onnx(ref)
-    feeds = load_feeds(options.inputs, spec) if options.inputs else generate_feeds(spec, options.batch, options.seed)
+    try:
+        spec = io_spec_from_onnx(ref)
+        feeds = load_feeds(options.inputs, spec) if options.inputs else generate_feeds(spec, options.batch, options.seed)
+    except UserError as e:  # what the reference's graph cannot give is said of the reference
+        if e.path is not None:
+            raise
+        raise UserError(e.message, reference_path) from None
 
     on_step("comparing the contracts")
     differences, input_map, output_map = contract_differences(ref, cand, options.atol, options.rtol)

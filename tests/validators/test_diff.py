@@ -471,3 +471,18 @@ def test_names_that_look_like_markup_are_shown_as_written(run_cli, tmp_path):
     assert result.exit_code == 3, result.output
     assert data["first_divergence"]["node"] == "[/node]"
     assert "[/y]" in result.output and "[/node]" in result.output and "x[bold]" in result.output
+
+
+def test_a_reference_with_a_sequence_input_is_named_in_the_error(run_cli, tmp_path):
+    from onnx import TensorProto, helper
+
+    sequence = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [2])
+    index = helper.make_tensor_value_info("i", TensorProto.INT64, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    graph = helper.make_graph([helper.make_node("SequenceAt", ["s", "i"], ["y"])], "g", [sequence, index], [y])
+    path = tmp_path / "sequence.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    result, data = run(run_cli, path, path, tmp_path)
+    assert result.exit_code == 1 and data is None
+    assert result.output.strip() == f"error: {path}: input 's' is not a tensor of known type and rank; " \
+                                    "rlparity diff compares tensor inputs"
