@@ -147,12 +147,17 @@ def _json_default(value: Any) -> Any:
 def library_versions() -> dict[str, str]:
     """Versions of everything that can change a number: python, torch, onnx, ORT, numpy."""
     import platform
+
+    dists = ["rlparity", "torch", "onnx", "onnxruntime", "numpy"] + (["torch_npu"] if "torch_npu" in sys.modules else [])
+    return {"python": platform.python_version(), **installed_versions(dists)}
+
+
+def installed_versions(dists) -> dict[str, str]:
+    """The version of each distribution in ``dists`` that is installed."""
     from importlib import metadata
 
-    versions = {"python": platform.python_version()}
-    for dist in ("rlparity", "torch", "onnx", "onnxruntime", "numpy", "torch_npu"):
-        if dist == "torch_npu" and "torch_npu" not in sys.modules:
-            continue
+    versions = {}
+    for dist in dists:
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

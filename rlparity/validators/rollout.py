@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from rlparity.artifacts.report import Report, RuntimeResult
+from rlparity.artifacts.report import Report, RuntimeResult, installed_versions
 from rlparity.converters.family import Family
 from rlparity.errors import UsageError, UserError
 from rlparity.validators.compare import DEFAULT_TOLERANCES, Comparison, OutputComparison
@@ -238,7 +238,7 @@ def rollout(family: Family, options: RolloutOptions,
     report = new_report(family, ours, options.opset, inputs={
         "env_id": options.env_id, "episodes": options.episodes, "seed": options.seed,
         "seeds": f"{options.seed}..{options.seed + options.episodes - 1}", "max_steps": options.max_steps})
-    report.versions.update(_env_versions())
+    report.versions.update(installed_versions(("gymnasium", "seals")))
 
     played: dict[str, Episodes] = {}
     for name, runtime in runtimes.items():
@@ -376,15 +376,3 @@ def _rollout_section(options: RolloutOptions, played: dict[str, Episodes], refer
         "identical_actions": len(played) > 1 and not found,  # established only by comparing two
         "first_divergence": found[0] if found else None,
     }
-
-
-def _env_versions() -> dict[str, str]:
-    from importlib import metadata
-
-    versions = {}
-    for dist in ("gymnasium", "seals"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
-    return versions
