@@ -583,15 +583,7 @@ def bench(path, runtimes, device, batches, runs, warmup, graph, dtype, seed, jso
         console.print(verdict_line(data))
     if json_out:
         report.write(json_out)
-    unavailable = [r for r in report.runtimes if not r.available]
-    failed = [r for r in report.runtimes if r.available and r.error]
-    if any(not c["passed"] for c in report.comparisons):
-        sys.exit(EXIT_MISMATCH)
-    for r in unavailable:
-        console.print(f"[bold red]error:[/] {r.name}: unavailable: {escape(r.reason)}", soft_wrap=True)
-    if unavailable:
-        sys.exit(EXIT_ACCELERATOR_UNAVAILABLE)
-    sys.exit(EXIT_USER_ERROR if failed else 0)
+    sys.exit(exit_code(report, need_comparison=False))
 
 
 if __name__ == "__main__":

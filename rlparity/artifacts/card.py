@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import Any
 
-from rlparity.artifacts.tables import comparison_detail, fmt
+from rlparity.artifacts.tables import comparison_detail, fmt, runtime_device, runtime_status
 
 # Files a package holds besides the export, and what each is (the package writes them).
 PACKAGE_FILES = {
@@ -97,6 +97,21 @@ def render_card(report: dict[str, Any], onnx_name: str, base_model: str | None =
     text = f"---\n{data.to_yaml()}\n---\n\n{body}"
     ModelCard(text)  # huggingface_hub parses the front matter back; raises if it cannot
     return text
+
+
+def section_problem(name: str, section: Any) -> str | None:
+    """Why ``extra[name]`` of another report cannot be rendered into a card (it is not in the
+    shape rlparity writes), or None. Sections the card does not show are not checked."""
+    render = {"bench": _bench, "rollout": _rollout, "precision": _precision}.get(name)
+    if render is None:
+        return None
+    report = {"family": "-", "source": {"path": "-"}, "extra": {name: section}}
+    try:
+        render(report)
+        card_data(report)  # the model-index reads the rollout returns
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+        return f"{type(e).__name__}: {' '.join(str(e).split())[:120]}"
+    return None
 
 
 # -- sections ------------------------------------------------------------------------
@@ -230,16 +245,9 @@ def comparison_table(outputs: list[dict[str, Any]]) -> str:
 def _timing(report: dict[str, Any]) -> str:
     rows = []
     for r in report["runtimes"]:
-        device = r.get("info", {}).get("device_name") or r["device"]
         t = r.get("timing", {})
-        if not r["available"]:
-            status = f"unavailable: {r['reason']}"
-        elif r.get("error"):
-            status = f"failed: {r['error']}"
-        else:
-            status = "ran"
-        rows.append([r["name"], device, status, fmt(t.get("first_call_ms")), fmt(t.get("median_ms")),
-                     fmt(t.get("min_ms")), str(t.get("repeats", "-"))])
+        rows.append([r["name"], runtime_device(r), runtime_status(r, "ran").plain, fmt(t.get("first_call_ms")),
+                     fmt(t.get("median_ms")), fmt(t.get("min_ms")), str(t.get("repeats", "-"))])
     host = report.get("host", {})
     return ("## Runtimes and timing\n\n"
             f"Wall-clock times of one call on the validation batch of {report['inputs']['batch']} rows "
@@ -283,7 +291,10 @@ def _rollout(report: dict[str, Any]) -> str:
              md_table(["runtime", "mean return", "std return", "mean length", "std length", "returns", "fingerprint"],
                       rows, right=range(1, 5)), ""]
     divergence = rollout.get("first_divergence")
-    if rollout.get("identical_actions"):
+    if len(rollout["results"]) < 2:
+        lines.append(f"Only {', '.join(r['runtime'] for r in rollout['results']) or 'no runtime'} played: "
+                     "no other runtime to compare its actions with.")
+    elif rollout.get("identical_actions"):
         lines.append("Every runtime took identical actions at every step of every episode.")
     elif divergence:
         a, b = divergence["runtimes"]
@@ -343,7 +354,7 @@ def _environment(report: dict[str, Any]) -> str:
     host = report.get("host", {})
     rows = [[name, f"`{version}`"] for name, version in versions.items()]
     rows += [[f"host {key}", f"`{value}`"] for key, value in host.items() if key != "python"]
-    devices = sorted({r.get("info", {}).get("device_name") or r["device"] for r in report["runtimes"] if r["available"]})
+    devices = sorted({runtime_device(r) for r in report["runtimes"] if r["available"]})
     rows.append(["devices", ", ".join(f"`{d}`" for d in devices) or "-"])
     return ("## Environment\n\n" + md_table(["", "version"], rows)
             + f"\n\nRendered by rlparity from `report.json` (schema `{report.get('schema')}`, "

@@ -60,6 +60,11 @@ def render_npu_check(report: dict[str, Any], console: Console) -> None:
 
 # -- bench ----------------------------------------------------------------------------------------
 
+def bench_label(r: dict[str, Any]) -> str:
+    """A bench result's series, as the table and the plot name it: runtime, graph, dtype."""
+    return r["runtime"] + (" graph" if r["graph"] else "") + (f" {r['dtype']}" if r["dtype"] != "float32" else "")
+
+
 def render_bench(report: dict[str, Any], console: Console) -> None:
     bench = report["extra"]["bench"]
     lines = [f"[bold]{escape(report['title'])}[/] ({report['family']})", f"checkpoint {escape(report['source']['path'])}",
@@ -76,9 +81,8 @@ def render_bench(report: dict[str, Any], console: Console) -> None:
         table.add_column(column, justify="left" if column in ("runtime", "outputs") else "right",
                          no_wrap=column != "runtime")
     for r in bench["results"]:
-        label = r["runtime"] + (" graph" if r["graph"] else "") + (f" {r['dtype']}" if r["dtype"] != "float32" else "")
         check = verdict_text(r.get("matches_reference"))
-        table.add_row(label, str(r["batch"]), _us(r["first_call_ms"]), _us(r["min_ms"]), _us(r["p50_ms"]),
+        table.add_row(bench_label(r), str(r["batch"]), _us(r["first_call_ms"]), _us(r["min_ms"]), _us(r["p50_ms"]),
                       _us(r["p90_ms"]), _us(r["p99_ms"]), _us(r["max_ms"]),
                       f"{r['decisions_per_s']:,.0f}", _us(r.get("forward_p50_ms")), check)
     console.print(table)

@@ -110,9 +110,9 @@ def divergence_panel(d: dict[str, Any]) -> Panel:
         text = (f"no intermediate value differs beyond tolerance ({d.get('values_compared', 0)} compared); "
                 "the difference is in values that could not be paired across the graphs")
         return Panel(escape(text), title="first divergence", expand=False, border_style="yellow")
-    lines = [f"[bold]{escape(d['node'])}[/] ({d['op_type']})  tensor {escape(d['tensor'])}"]
+    lines = [f"[bold]{escape(d['node'])}[/] ({escape(d['op_type'])})  tensor {escape(d['tensor'])}"]
     if d.get("candidate_node") != d["node"] or d.get("candidate_op_type") != d["op_type"]:
-        lines.append(f"candidate: {escape(str(d.get('candidate_node')))} ({d.get('candidate_op_type')}), "
+        lines.append(f"candidate: {escape(str(d.get('candidate_node')))} ({escape(str(d.get('candidate_op_type')))}), "
                      f"paired by {d['matched_by']}")
     else:
         lines.append(f"paired by {d['matched_by']}")
@@ -140,7 +140,7 @@ def diff_verdict_line(data: dict[str, Any]) -> Text:
 
 def render_compare(report: dict[str, Any], console: Console) -> None:
     runs = report["extra"]["runs"]
-    lines = [f"[bold]{escape(report['title'])}[/] ({report['family']})",
+    lines = [f"[bold]{escape(report['title'])}[/] ({escape(report['family'])})",
              f"reference runtime {escape(report['extra']['compare']['reference'])}"]
     inputs = report.get("inputs") or {}
     if inputs.get("digest"):
@@ -152,7 +152,7 @@ def render_compare(report: dict[str, Any], console: Console) -> None:
     for run in runs:
         host = run["host"]
         versions = ", ".join(f"{k} {v}" for k, v in run["versions"].items() if k in ("torch", "onnxruntime", "torch_npu"))
-        table.add_row(Text(run["path"]), run.get("created") or "-",
+        table.add_row(Text(run["path"]), Text(str(run.get("created") or "-")),
                       Text(f"{host.get('hostname') or '?'} ({host.get('machine', '?')}, python {host.get('python', '?')})"),
                       Text(versions),
                       Text(", ".join(run["runtimes"])))

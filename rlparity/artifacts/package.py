@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from rlparity.artifacts.card import PACKAGE_FILES, model_name, render_card
+from rlparity.artifacts.card import PACKAGE_FILES, model_name, render_card, section_problem
 from rlparity.artifacts.report import Report
 from rlparity.converters.safe_load import sha256_file
 from rlparity.errors import UserError
@@ -76,6 +76,9 @@ def read_reports(paths: list[Path], source_sha256: str | None) -> tuple[list[Mer
         for name in sections:
             if name in seen:
                 raise UserError(f"holds a {name!r} section, and so does {seen[name]}: pass only one", path)
+            problem = section_problem(name, report.extra[name])
+            if problem:
+                raise UserError(f"its {name!r} section is not in the shape rlparity writes ({problem})", path)
             seen[name] = path
         if report.comparisons:
             ran = ", ".join(r.name for r in report.runtimes if r.ran)
@@ -97,9 +100,13 @@ def _bench_plot(bench: dict[str, Any], report_path: Path) -> Path | None:
                         report_path)
     if PurePosixPath(name).suffix.lower() not in PLOT_SUFFIXES:
         raise UserError(f"its bench plot must be an image ({', '.join(PLOT_SUFFIXES)}), not {name!r}", report_path)
-    plot = Path(report_path).parent / name
+    folder = Path(report_path).parent
+    plot = folder / name
     if plot.is_symlink() or not plot.is_file():
         raise UserError(f"the bench plot it names, {name}, is not a file beside it", report_path)
+    if folder.resolve() not in plot.resolve().parents:  # a linked folder on the way
+        raise UserError(f"the bench plot it names, {name}, lies outside its folder (through a symbolic link)",
+                        report_path)
     return plot
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rlparity.artifacts.device_tables import bench_label
 from rlparity.errors import UserError
 
 INSTALL_HINT = "the plot needs matplotlib: pip install 'rlparity[plot]' (or matplotlib)"
@@ -30,8 +31,7 @@ def plot_bench(bench: dict[str, Any], path: str | Path, title: str) -> None:
 
     series: dict[str, list[dict]] = {}
     for r in bench["results"]:
-        label = f"{r['runtime']}" + (" graph" if r["graph"] else "") + (f" {r['dtype']}" if r["dtype"] != "float32" else "")
-        series.setdefault(label, []).append(r)
+        series.setdefault(bench_label(r), []).append(r)
 
     figure = Figure(figsize=(11, 4.5), dpi=110, layout="constrained")
     FigureCanvasAgg(figure)

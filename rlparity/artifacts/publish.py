@@ -118,11 +118,12 @@ def parse_target(text: str, lfs: bool | None = None) -> Target:
         shown = f"hf://{repo_id}" + (f" at {_without_credentials(endpoint)}" if endpoint else "")
         return Target("hub", repo_id, shown, hub_host=True, lfs=True)
     if "://" in text:
-        parts = urlsplit(text)
-        host = parts.hostname or ""
-        netloc = host + (f":{parts.port}" if parts.port else "")
-        clean = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-        hub = _is_hub_host(host)
+        try:
+            parts = urlsplit(text)
+        except ValueError as e:  # e.g. "Invalid IPv6 URL"; the message never holds the URL
+            raise UsageError(f"--repo: not a URL git can use: {e}") from None
+        clean = _without_credentials(text)
+        hub = _is_hub_host(parts.hostname or "")
         return Target("git", clean, clean, hub, hub if lfs is None else lfs,
                       username=parts.username or None, password=parts.password or None)
     scp = re.fullmatch(r"(?:[\w.-]+@)?([\w.-]+):(?!//)(.+)", text)
@@ -142,11 +143,12 @@ def _is_hub_host(host: str) -> bool:
 
 
 def _without_credentials(url: str) -> str:
+    """``url`` without its ``user:password@``; host and port as written (an IPv6 host keeps
+    its brackets, a bad port is left for git to refuse)."""
     parts = urlsplit(url)
-    if not parts.username and not parts.password:
+    if "@" not in parts.netloc:
         return url
-    netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 # -- what would be pushed ------------------------------------------------------------
@@ -335,14 +337,12 @@ def _push_with_git(folder: Path, target: Target, files: list[PlannedFile], messa
             branch = git("symbolic-ref", "--short", "HEAD", cwd=work).stdout.strip() or "main"
             if target.lfs:
                 git("lfs", "install", "--local", cwd=work)
-                existing = work / ".gitattributes"
+                existing = _in_clone(work, ".gitattributes")
                 text = gitattributes(existing.read_text() if existing.is_file() else None, files)
                 existing.write_text(text)
             for f in files:
-                if f.path == ".gitattributes":
-                    continue
-                (work / f.path).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(folder / f.path, work / f.path)
+                if f.path != ".gitattributes":
+                    shutil.copyfile(folder / f.path, _in_clone(work, f.path))
             git("add", "--all", "--", *[f.path for f in files], cwd=work)
             if git("diff", "--cached", "--quiet", cwd=work, check=False).returncode == 0:
                 result.unchanged, result.branch = True, branch
@@ -357,6 +357,19 @@ def _push_with_git(folder: Path, target: Target, files: list[PlannedFile], messa
             result.branch = branch
         except _Failed as e:
             raise UserError(str(e), target.shown) from None
+
+
+def _in_clone(work: Path, relative: str) -> Path:
+    """Where ``relative`` goes in the clone, safe to read and write: a symbolic link the remote
+    holds there, or on the way there, is removed first, so that nothing outside the clone is
+    read or overwritten (the file then replaces the link in the commit)."""
+    path = work
+    for part in relative.split("/"):
+        path = path / part
+        if path.is_symlink():
+            path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _require_git_lfs(git: _Git, files: list[PlannedFile], target: Target) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -95,11 +95,25 @@ class Report:
             data = json.loads(Path(path).read_text())
             if data.get("schema") != SCHEMA:
                 raise ValueError(f"schema {data.get('schema')!r}, expected {SCHEMA!r}")
-            return cls.from_json(data)
+            report = cls.from_json(data)
+            for item in (report, *report.runtimes):
+                _check_field_types(item)
+            return report
         except FileNotFoundError:
             raise UserError("no such file", path) from None
         except (OSError, ValueError, TypeError, AttributeError) as e:
             raise UserError(f"not an rlparity report: {' '.join(str(e).split())[:160]}", path) from None
+
+
+def _check_field_types(item: Any) -> None:
+    """A dataclass read from JSON holds the container types its annotations name (a dict,
+    a list, a str, a bool, or None where allowed): what every renderer relies on."""
+    kinds = {"dict": dict, "list": list, "str": str, "bool": bool}
+    for f in fields(item):
+        kind = kinds.get(f.type.split("[")[0].split(" ")[0])  # "dict[str, Any] | None" -> dict
+        value = getattr(item, f.name)
+        if kind is not None and not isinstance(value, kind) and not (value is None and "None" in f.type):
+            raise ValueError(f"{f.name} is {type(value).__name__}, expected {f.type}")
 
 
 def write_output(text: str, path: str | Path) -> None:
@@ -133,12 +147,17 @@ def _json_default(value: Any) -> Any:
 def library_versions() -> dict[str, str]:
     """Versions of everything that can change a number: python, torch, onnx, ORT, numpy."""
     import platform
+
+    dists = ["rlparity", "torch", "onnx", "onnxruntime", "numpy"] + (["torch_npu"] if "torch_npu" in sys.modules else [])
+    return {"python": platform.python_version(), **installed_versions(dists)}
+
+
+def installed_versions(dists) -> dict[str, str]:
+    """The version of each distribution in ``dists`` that is installed."""
     from importlib import metadata
 
-    versions = {"python": platform.python_version()}
-    for dist in ("rlparity", "torch", "onnx", "onnxruntime", "numpy", "torch_npu"):
-        if dist == "torch_npu" and "torch_npu" not in sys.modules:
-            continue
+    versions = {}
+    for dist in dists:
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from rlparity.artifacts.report import Report, RuntimeResult
+from rlparity.artifacts.report import Report, RuntimeResult, dumps_json
 from rlparity.errors import UsageError, UserError
 from rlparity.spec import IOSpec, TensorSpec
 from rlparity.validators.compare import DEFAULT_TOLERANCES, compare_outputs
@@ -122,18 +122,10 @@ def save_run(path: str | Path, report: Report, spec: IOSpec, feeds: Feeds,
             "valid": write("valid.npz", {k: np.asarray(v) for k, v in valid.items()}) if valid else None,
             "report": report.to_json(),
         }
-        (root / METADATA).write_text(json.dumps(meta, indent=2, default=_json_default) + "\n")
+        (root / METADATA).write_text(dumps_json(meta))
     except OSError as e:
         raise UserError(f"cannot write the saved run: {e.strerror or e}", root) from None
     return root
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"cannot serialise {type(value).__name__}")
 
 
 # -- loading -----------------------------------------------------------------------------------
@@ -147,6 +139,7 @@ class SavedRun:
     outputs: dict[str, dict[str, np.ndarray]]
     draws: dict[str, dict[str, np.ndarray]]
     runtimes: list[RuntimeResult]
+    tolerances: dict[str, tuple[float, float]] = field(default_factory=dict)  # the family's, per output
     scores: dict[str, np.ndarray] | None = None
     valid: dict[str, np.ndarray] | None = None
     notes: list[str] = field(default_factory=list)  # e.g. a file changed since it was saved
@@ -198,6 +191,11 @@ def _load(root: Path, meta: dict) -> SavedRun:
         return loaded
 
     spec = spec_from_json(meta["io_spec"])
+    if not meta["inputs"]:
+        raise ValueError("it names no inputs file")
+    if not isinstance(meta.get("report", {}), dict):
+        raise TypeError("its report is not an object")
+    tolerances = {str(name): (float(atol), float(rtol)) for name, (atol, rtol) in (meta.get("tolerances") or {}).items()}
     inputs = arrays(meta["inputs"])
     outputs, draws, runtimes = {}, {}, []
     for entry in meta["runtimes"]:
@@ -207,7 +205,7 @@ def _load(root: Path, meta: dict) -> SavedRun:
             outputs[entry["name"]] = arrays(entry["outputs"])
         if entry.get("draws"):
             draws[entry["name"]] = arrays(entry["draws"])
-    return SavedRun(root, meta, spec, inputs, outputs, draws, runtimes,
+    return SavedRun(root, meta, spec, inputs, outputs, draws, runtimes, tolerances,
                     scores=arrays(meta.get("scores")), valid=arrays(meta.get("valid")), notes=notes)
 
 
@@ -292,9 +290,9 @@ def _labels(runs: list[SavedRun]):
 
 def _tolerances(run: SavedRun, atol: float | None, rtol: float | None) -> dict[str, tuple[float, float]]:
     """The family's per-output tolerances saved with the run, with --atol/--rtol on top."""
-    saved = {name: tuple(tol) for name, tol in (run.meta.get("tolerances") or {}).items()}
+    saved = run.tolerances
     if atol is None and rtol is None:
-        return saved
+        return dict(saved)
     result = {}
     for t in run.spec.outputs:
         base_atol, base_rtol = saved.get(t.name, DEFAULT_TOLERANCES.get(t.dtype, DEFAULT_TOLERANCES["float32"]))

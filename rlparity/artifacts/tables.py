@@ -94,7 +94,7 @@ def runtimes_table(report: dict[str, Any]) -> Table:
     for r in report["runtimes"]:
         status, device = runtime_status(r, "ran"), runtime_device(r)
         timing = r.get("timing", {})
-        table.add_row(r["name"], Text(device), status, fmt(timing.get("first_call_ms")),
+        table.add_row(Text(r["name"]), Text(device), status, fmt(timing.get("first_call_ms")),
                       fmt(timing.get("median_ms")), fmt(timing.get("min_ms")))
     return table
 
@@ -105,7 +105,7 @@ def comparison_table(c: dict[str, Any]) -> Table:
         title += "  (" + ", ".join(f"{axis} {size}" for axis, size in c["shape"].items()) + ")"
     tolerances = {(o["atol"], o["rtol"]) for o in c["outputs"] if o["rule"] == "elementwise" and o.get("atol") is not None}
     caption = "; ".join(f"element-wise: |a-b| <= {fmt(a)} + {fmt(r)}*|ref|" for a, r in sorted(tolerances))
-    table = Table(title=title, caption=caption or None, box=box.SIMPLE_HEAVY, title_justify="left",
+    table = Table(title=escape(title), caption=caption or None, box=box.SIMPLE_HEAVY, title_justify="left",
                   caption_justify="left")
     table.add_column("output", no_wrap=True)
     table.add_column("rule")
@@ -116,7 +116,7 @@ def comparison_table(c: dict[str, Any]) -> Table:
     for o in c["outputs"]:
         m = o["metrics"]
         bit = f"{100 * m['bit_match_rate']:.1f}%" if "bit_match_rate" in m else "-"
-        table.add_row(o["output"], o["rule"], bit, fmt(m.get("max_abs")), fmt(m.get("mean_abs")),
+        table.add_row(Text(o["output"]), o["rule"], bit, fmt(m.get("max_abs")), fmt(m.get("mean_abs")),
                       fmt(m.get("max_rel")), fmt(m.get("cosine"), 7) if "cosine" in m else "-",
                       fmt(m.get("needed_atol")), Text(comparison_detail(o)), verdict_text(o["passed"]))
     return table
@@ -242,18 +242,28 @@ def _rate(value: float | None, decimals: int = 0) -> str:
 
 
 def rollout_verdict_line(report: dict[str, Any]) -> Text:
+    """As the exit code decides: a mismatch first, then a runtime that did not play, then a pass."""
     section = report["extra"]["rollout"]
-    divergence = section.get("first_divergence")
     played = len(section["results"])
-    if divergence:
-        a, b = divergence["runtimes"]
-        where = f"episode {divergence['episode']}, step {divergence['step']} (max_abs {divergence['max_abs']:.3g})"
-        if all(c["passed"] for c in report["comparisons"]):
-            return Text(f"verdict: PASS within tolerance: {b} first acted differently from {a} at {where}, "
-                        "within float tolerance; later differences are closed-loop drift (see above)", style="bold green")
-        return Text(f"verdict: MISMATCH: {b} acted differently from {a} first at {where}", style="bold red")
+    failed = [c for c in report["comparisons"] if not c["passed"]]
+    if failed:  # the failing pair itself: the earliest divergence may be another, within tolerance
+        c = failed[0]
+        where = _divergence_text(c["outputs"][0]["metrics"].get("first_divergence") or {})
+        return Text(f"verdict: MISMATCH: {c['candidate']} acted differently from {c['reference']} first at {where}",
+                    style="bold red")
     if played < len(report["runtimes"]) or played == 0:
         return Text("verdict: INCOMPLETE (a runtime did not play)", style="bold yellow")
+    divergence = section.get("first_divergence")
+    if divergence:
+        a, b = divergence["runtimes"]
+        return Text(f"verdict: PASS within tolerance: {b} first acted differently from {a} at "
+                    f"{_divergence_text(divergence)}, within float tolerance; later differences are closed-loop "
+                    "drift (see above)", style="bold green")
     if played == 1:
         return Text("verdict: PLAYED (one runtime: nothing to compare)", style="bold green")
     return Text(f"verdict: PASS (identical actions on all {played} runtimes)", style="bold green")
+
+
+def _divergence_text(d: dict[str, Any]) -> str:
+    max_abs = "-" if d.get("max_abs") is None else f"{d['max_abs']:.3g}"
+    return f"episode {d.get('episode')}, step {d.get('step')} (max_abs {max_abs})"

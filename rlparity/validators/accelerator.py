@@ -204,7 +204,8 @@ def _recorder(seen: dict[str, list], name: str):
 
     def record(_module, _inputs, output):
         flat = output if isinstance(output, (tuple, list)) else [output]
-        seen[name] = [t for t in flat if isinstance(t, torch.Tensor)]
+        # every call counts: a module applied twice (a shared activation) is checked both times
+        seen.setdefault(name, []).extend(t for t in flat if isinstance(t, torch.Tensor))
     return record
 
 
@@ -225,7 +226,8 @@ def npu_check(family, device: str, *, batch: int = 64, seed: int = 0, draws: int
     from rlparity.validators.validate import ValidateOptions, new_report, validate
 
     kind, index = parse_device(device)
-    device = kind if index is None else f"{kind}:{index}"
+    # "cpu:0" is torch.device("cpu") (its tensors report no index): spelt as tensors report it
+    device = "cpu" if kind == "cpu" else f"{kind}:{index}"
     section: dict[str, Any] = {"device": device, "environment": environment(device), "devices": {}, "checks": []}
     checks = section["checks"]
     reason = unavailable_reason(device)

@@ -28,14 +28,17 @@ import numpy as np
 
 from rlparity.errors import UserError
 from rlparity.spec import IOSpec, TensorSpec
-from rlparity.validators.compare import DEFAULT_TOLERANCES, compare_outputs
+from rlparity.validators.compare import compare_outputs
 from rlparity.validators.feeds import Feeds, make_feeds
 from rlparity.validators.localize import (
     ancestors,
     first_divergence,
     lineage,
     node_values,
+    producers,
+    tolerance,
 )
+from rlparity.validators.ort import OrtRuntime
 
 SCHEMA = "rlparity.diff/1"
 BATCH = "batch"  # what the reference's leading dynamic input axis is called in the IOSpec
@@ -514,7 +517,7 @@ def _initializer_differences(ref: GraphInfo, cand: GraphInfo, atol: float | None
             a64, b64 = a.astype(np.float64), b.astype(np.float64)
             delta = np.abs(a64 - b64)
         max_abs = float(np.nanmax(delta)) if delta.size else 0.0
-        tol_a, tol_r = _tolerance(b.dtype.name, atol, rtol)
+        tol_a, tol_r = tolerance(b.dtype.name, atol, rtol)
         beyond = int(np.sum(~(delta <= tol_a + tol_r * np.abs(b64)))) if np.issubdtype(b.dtype, np.floating) \
             else int(np.sum(a != b))
         severity = "error" if beyond else "note"
@@ -533,11 +536,6 @@ def _initializer_differences(ref: GraphInfo, cand: GraphInfo, atol: float | None
                 "unmatched-initializer", "note", f"{side} weight {n!r} {a.dtype}{list(a.shape)} has no counterpart in "
                 f"the {other}, by name or by value", subject=n, details={"side": side, "shape": list(a.shape)}))
     return diffs
-
-
-def _tolerance(dtype: str, atol: float | None, rtol: float | None) -> tuple[float, float]:
-    default_atol, default_rtol = DEFAULT_TOLERANCES.get(dtype, DEFAULT_TOLERANCES["float32"])
-    return (default_atol if atol is None else atol), (default_rtol if rtol is None else rtol)
 
 
 def _operator_differences(ref: GraphInfo, cand: GraphInfo) -> list[Difference]:
@@ -581,6 +579,8 @@ def load_feeds(path: Path, spec: IOSpec) -> Feeds:
         if a.ndim != len(t.shape) or any(isinstance(d, int) and d != s for d, s in zip(t.shape, a.shape)):
             raise UserError(f"{t.name!r} has shape {list(a.shape)}, the reference takes {_shape_text(t.shape)}", path)
         if t.shape and t.shape[0] == BATCH:
+            if a.shape[0] == 0:
+                raise UserError(f"{t.name!r} has no rows", path)
             if batch is not None and a.shape[0] != batch:
                 raise UserError(f"{t.name!r} has {a.shape[0]} rows, the other inputs {batch}", path)
             batch = a.shape[0]
@@ -652,27 +652,20 @@ def _incomparable_inputs(spec: IOSpec, cand: GraphInfo, input_map: dict[str, str
 def argmax_scores(info: GraphInfo, output: str) -> list[str] | None:
     """The tensors an integer output is the ArgMax of (one per branch, concatenated on the
     last axis), so that a disagreement can be told from a tie; None when it is not that."""
-    made_by = {o: n for n in info.model.graph.node for o in n.output if o}
+    made_by = producers(info.model.graph)
     passthrough = {"Identity", "Cast", "Unsqueeze", "Squeeze", "Reshape"}
 
-    def source(tensor: str) -> str | None:
+    def maker(tensor: str):
+        """The node behind ``tensor``, past casts and reshapes."""
         node = made_by.get(tensor)
         while node is not None and node.op_type in passthrough:
             node = made_by.get(node.input[0])
-        if node is None or node.op_type != "ArgMax":
-            return None
-        return node.input[0]
+        return node
 
-    node = made_by.get(output)
-    while node is not None and node.op_type in passthrough:
-        node = made_by.get(node.input[0])
-    if node is None:
-        return None
-    if node.op_type == "ArgMax":
-        return [node.input[0]]
-    if node.op_type == "Concat":
-        sources = [source(t) for t in node.input]
-        return None if any(s is None for s in sources) else sources
+    node = maker(output)
+    branches = [maker(t) for t in node.input] if node is not None and node.op_type == "Concat" else [node]
+    if all(b is not None and b.op_type == "ArgMax" for b in branches):
+        return [b.input[0] for b in branches]
     return None
 
 
@@ -702,17 +695,11 @@ def _with_scores(spec: IOSpec, ref: GraphInfo, feeds: dict[str, np.ndarray]) -> 
     return replace(spec, outputs=tuple(outputs)), scores
 
 
-class _Session:
-    """onnxruntime on the CPU, fed by name (OrtRuntime), with one path for error messages."""
-
-    def __init__(self, model, label: str):
-        from rlparity.validators.ort import OrtRuntime
-
-        self.runtime = OrtRuntime(label)
-        self.runtime.prepare(model.SerializeToString())
-
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return self.runtime.run(feeds)
+def _session(model, path: str) -> OrtRuntime:
+    """onnxruntime on the CPU, its load errors naming ``path``."""
+    runtime = OrtRuntime(path)
+    runtime.prepare(model.SerializeToString())
+    return runtime
 
 
 # -- the whole diff -----------------------------------------------------------------------------
@@ -727,12 +714,17 @@ def diff(candidate_path: str | Path, reference_path: str | Path, options: DiffOp
     on_step("reading the models")
     ref = GraphInfo(load_onnx(reference_path))
     cand = GraphInfo(load_onnx(candidate_path))
-    spec = io_spec_from_onnx(ref)
-    feeds = load_feeds(options.inputs, spec) if options.inputs else generate_feeds(spec, options.batch, options.seed)
+    try:
+        spec = io_spec_from_onnx(ref)
+        feeds = load_feeds(options.inputs, spec) if options.inputs else generate_feeds(spec, options.batch, options.seed)
+    except UserError as e:  # what the reference's graph cannot give is said of the reference
+        if e.path is not None:
+            raise
+        raise UserError(e.message, reference_path) from None
 
     on_step("comparing the contracts")
     differences, input_map, output_map = contract_differences(ref, cand, options.atol, options.rtol)
-    tolerances = {t.name: _tolerance(t.dtype, options.atol, options.rtol) for t in spec.outputs if t.is_float}
+    tolerances = {t.name: tolerance(t.dtype, options.atol, options.rtol) for t in spec.outputs if t.is_float}
     result = DiffResult(
         reference=facts(ref, reference_path), candidate=facts(cand, candidate_path), io_spec=spec.to_json(),
         differences=differences, tolerances={k: list(v) for k, v in tolerances.items()},
@@ -779,14 +771,14 @@ def _compare_numbers(result: DiffResult, ref: GraphInfo, cand: GraphInfo, spec: 
     if chunk < feeds.batch:
         result.inputs["candidate_rows_per_call"] = chunk
 
-    ref_session = _Session(ref.model, str(result.reference["path"]))
+    ref_session = _session(ref.model, str(result.reference["path"]))
     try:
         ref_out = ref_session.run(feeds.arrays)
     except Exception as e:
         raise UserError(f"onnxruntime cannot run the reference on these inputs: {_one_line(e)}",
                         result.reference["path"]) from None
     try:
-        cand_session = _Session(cand.model, str(result.candidate["path"]))
+        cand_session = _session(cand.model, str(result.candidate["path"]))
         cand_out = as_reference(_run(cand_session, for_candidate(feeds.arrays), feeds.batch, chunk, batched_cand))
     except Exception as e:  # an ONNX file the runtime cannot load or run is no drop-in
         message = e.message if isinstance(e, UserError) else _one_line(e)
@@ -809,7 +801,7 @@ def _compare_numbers(result: DiffResult, ref: GraphInfo, cand: GraphInfo, spec: 
         result.inputs.update(draws=options.draws, draw_rows=draw_feeds.batch)
 
     spec_scored, scores = _with_scores(spec, ref, feeds.arrays)
-    tolerances = {t.name: _tolerance(t.dtype, options.atol, options.rtol) for t in spec.outputs}
+    tolerances = {t.name: tolerance(t.dtype, options.atol, options.rtol) for t in spec.outputs}
     comparison = compare_outputs(spec_scored, ref_out, cand_out, reference_name="reference",
                                  candidate_name="candidate", tolerances=tolerances, scores=scores,
                                  reference_draws=ref_draws, candidate_draws=cand_draws)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from rlparity.validators.compare import DEFAULT_TOLERANCES, compare_elementwise
+from rlparity.validators.ort import OrtRuntime
 
 STOCHASTIC_OPS = frozenset({
     "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli",
@@ -123,15 +124,9 @@ def expose(model, names: list[str]):
 
 def run_unoptimized(model, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Every graph output of ``model``, computed with onnxruntime's graph optimizations off."""
-    import onnxruntime
-
-    options = onnxruntime.SessionOptions()
-    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    wanted = {i.name: feeds[i.name] for i in session.get_inputs()}
-    names = [o.name for o in session.get_outputs()]
-    return dict(zip(names, session.run(names, wanted)))
+    runtime = OrtRuntime("intermediate values", optimize=False)
+    runtime.prepare(model.SerializeToString())
+    return runtime.run(feeds)
 
 
 def node_values(model, feeds: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
@@ -243,14 +238,15 @@ def _match(ref_graph, cand_graph, ref_values, cand_values, ref_random, cand_rand
     return pairs
 
 
-def _tolerance(dtype: np.dtype, atol: float | None, rtol: float | None) -> tuple[float, float]:
-    default_atol, default_rtol = DEFAULT_TOLERANCES.get(dtype.name, DEFAULT_TOLERANCES["float32"])
+def tolerance(dtype: str, atol: float | None, rtol: float | None) -> tuple[float, float]:
+    """The dtype's default (atol, rtol), each replaced by the one given, if any."""
+    default_atol, default_rtol = DEFAULT_TOLERANCES.get(dtype, DEFAULT_TOLERANCES["float32"])
     return (default_atol if atol is None else atol), (default_rtol if rtol is None else rtol)
 
 
 def _compare(name: str, a: np.ndarray, b: np.ndarray, atol: float | None, rtol: float | None) -> dict[str, Any]:
     if np.issubdtype(b.dtype, np.floating) and a.dtype == b.dtype:
-        tol_a, tol_r = _tolerance(b.dtype, atol, rtol)
+        tol_a, tol_r = tolerance(b.dtype.name, atol, rtol)
         result = compare_elementwise(name, a, b, tol_a, tol_r)
         m = result.metrics
         return {"passed": bool(result.passed), "metrics": {

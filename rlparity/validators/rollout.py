@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from rlparity.artifacts.report import Report, RuntimeResult
+from rlparity.artifacts.report import Report, RuntimeResult, installed_versions
 from rlparity.converters.family import Family
 from rlparity.errors import UsageError, UserError
 from rlparity.validators.compare import DEFAULT_TOLERANCES, Comparison, OutputComparison
@@ -238,7 +238,7 @@ def rollout(family: Family, options: RolloutOptions,
     report = new_report(family, ours, options.opset, inputs={
         "env_id": options.env_id, "episodes": options.episodes, "seed": options.seed,
         "seeds": f"{options.seed}..{options.seed + options.episodes - 1}", "max_steps": options.max_steps})
-    report.versions.update(_env_versions())
+    report.versions.update(installed_versions(("gymnasium", "seals")))
 
     played: dict[str, Episodes] = {}
     for name, runtime in runtimes.items():
@@ -266,13 +266,18 @@ def rollout(family: Family, options: RolloutOptions,
             runtime.close()
             env.close()
 
-    report.comparisons = [c.to_json() for c in _compare(played)]
-    report.extra["rollout"] = _rollout_section(options, played)
+    # Every runtime against the reference (torch-cpu, else the first that played).
+    reference_name = REFERENCE if REFERENCE in played else next(iter(played), None)
+    divergences = {name: first_divergence(played[reference_name], record)
+                   for name, record in played.items() if name != reference_name}
+    report.comparisons = [c.to_json() for c in _compare(played, reference_name, divergences)]
+    report.extra["rollout"] = _rollout_section(options, played, reference_name, divergences)
     return report
 
 
-def _compare(played: dict[str, Episodes]) -> list[Comparison]:
-    """Every runtime's action sequence against the reference's (the first that played).
+def _compare(played: dict[str, Episodes], reference_name: str | None,
+             divergences: dict[str, dict[str, Any] | None]) -> list[Comparison]:
+    """Every runtime's action sequence against the reference's.
 
     Actions must be identical, with one allowance for continuous actions: where two runtimes
     first act differently their histories were still identical, so that first difference is
@@ -280,15 +285,9 @@ def _compare(played: dict[str, Episodes]) -> list[Comparison]:
     later difference is closed-loop drift (the states themselves differ by then); its size
     and where it first exceeded tolerance are reported, never hidden.
     """
-    if len(played) < 2:
-        return []
-    reference_name = REFERENCE if REFERENCE in played else next(iter(played))
-    reference = played[reference_name]
     comparisons = []
-    for name, record in played.items():
-        if name == reference_name:
-            continue
-        divergence = first_divergence(reference, record)
+    for name, divergence in divergences.items():
+        reference, record = played[reference_name], played[name]
         identical_episodes = sum(
             1 for a, b in zip(reference.actions, record.actions)
             if len(a) == len(b) and all(x.tobytes() == y.tobytes() for x, y in zip(a, b))
@@ -347,7 +346,8 @@ def closed_loop_drift(reference: Episodes, candidate: Episodes) -> dict[str, Any
             "length_diffs": [b - a for a, b in zip(reference.lengths, candidate.lengths)]}
 
 
-def _rollout_section(options: RolloutOptions, played: dict[str, Episodes]) -> dict[str, Any]:
+def _rollout_section(options: RolloutOptions, played: dict[str, Episodes], reference_name: str | None,
+                     divergences: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
     results = []
     for name, record in played.items():
         returns = np.array(record.returns, dtype=np.float64)
@@ -363,35 +363,16 @@ def _rollout_section(options: RolloutOptions, played: dict[str, Episodes]) -> di
             "fingerprint": fingerprint(record.actions),
             "steps_per_s": record.steps / record.total_s if record.total_s else None,
         })
-    divergences = []
-    names = list(played)
-    reference_name = REFERENCE if REFERENCE in played else (names[0] if names else None)
-    for name in names:
-        if name != reference_name:
-            found = first_divergence(played[reference_name], played[name])
-            if found is not None:
-                divergences.append({"episode": found["episode"], "step": found["step"],
-                                     "runtimes": [reference_name, name], "max_abs": found["max_abs"],
-                                     "within_tolerance": found.get("within_tolerance", False)})
-    divergences.sort(key=lambda d: (d["episode"], d["step"]))
+    found = sorted(({"episode": d["episode"], "step": d["step"], "runtimes": [reference_name, name],
+                     "max_abs": d["max_abs"], "within_tolerance": d.get("within_tolerance", False)}
+                    for name, d in divergences.items() if d is not None),
+                   key=lambda d: (d["episode"], d["step"]))
     return {
         "env_id": options.env_id,
         "episodes": options.episodes,
         "seed": options.seed,
         "max_steps": options.max_steps,
         "results": results,
-        "identical_actions": len(played) > 0 and not divergences,
-        "first_divergence": divergences[0] if divergences else None,
+        "identical_actions": len(played) > 1 and not found,  # established only by comparing two
+        "first_divergence": found[0] if found else None,
     }
-
-
-def _env_versions() -> dict[str, str]:
-    from importlib import metadata
-
-    versions = {}
-    for dist in ("gymnasium", "seals"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
-    return versions

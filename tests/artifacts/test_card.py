@@ -136,3 +136,11 @@ def test_text_from_the_report_cannot_break_a_table(walker_report):
     report["graph_contents"] = {"odd | part": "inside | with a pipe\nand a newline"}
     card = render_card(report, "TinyWalker-1000.onnx")
     assert "| odd \\| part | inside \\| with a pipe and a newline |" in card
+
+
+def test_a_rollout_of_one_runtime_claims_no_agreement(walker_report):
+    section = rollout_section()
+    section["results"], section["identical_actions"] = section["results"][1:], False
+    rollout = _section(render_card(_with(walker_report, rollout=section), "TinyWalker-1000.onnx"), "## Closed-loop rollouts")
+    assert "Only ort-cpu played: no other runtime to compare its actions with." in rollout
+    assert "identical" not in rollout

@@ -142,7 +142,8 @@ def test_sections_from_other_reports_are_merged_with_the_plot(run_cli, tmp_path,
 
 
 @pytest.mark.parametrize("case", ["another checkpoint", "escaping plot", "plot not an image", "missing plot",
-                                  "no section", "same section twice", "not a report"])
+                                  "no section", "same section twice", "not a report", "malformed section",
+                                  "malformed field", "plot through a linked folder"])
 def test_bad_reports_are_refused_before_anything_runs(run_cli, tmp_path, walker_report, case):
     folder = tmp_path / "reports"
     secret = tmp_path / "secret.png"
@@ -170,6 +171,18 @@ def test_bad_reports_are_refused_before_anything_runs(run_cli, tmp_path, walker_
         paths = [write_section_report(walker_report, folder, f"r{i}.json", {"rollout": rollout_section()}, "x")
                  for i in range(2)]
         expected = "holds a 'rollout' section, and so does"
+    elif case == "plot through a linked folder":
+        paths = [write_section_report(walker_report, folder, "r.json", {"bench": bench_section("plots/secret.png")}, "x")]
+        (folder / "plots").symlink_to(tmp_path)
+        expected = "the bench plot it names, plots/secret.png, lies outside its folder (through a symbolic link)"
+    elif case == "malformed section":
+        paths = [write_section_report(walker_report, folder, "r.json", {"rollout": {"results": "x"}}, "x")]
+        expected = "its 'rollout' section is not in the shape rlparity writes (TypeError"
+    elif case == "malformed field":
+        other = json.loads(json.dumps(walker_report))
+        other["source"] = ["not", "an", "object"]
+        paths = [write_section_report(other, folder, "r.json", {"rollout": rollout_section()}, "x")]
+        expected = "not an rlparity report: source is list, expected dict[str, Any]"
     else:
         folder.mkdir()
         paths = [folder / "r.json"]

@@ -310,3 +310,39 @@ def test_a_folder_that_is_not_the_package_is_refused(run_cli, tmp_path, walker_p
         (line,) = [line for line in result.output.splitlines() if line.startswith("error:")]
         assert expected in line
     assert git("for-each-ref", cwd=remote) == ""
+
+
+def test_links_in_the_remote_are_replaced_never_written_through(run_cli, tmp_path, walker_package):
+    """A remote whose README.md and .gitattributes are symbolic links to files of this machine:
+    publishing replaces the links with the package's files and leaves those files alone."""
+    outside = {name: tmp_path / name for name in ("victim-readme", "victim-attributes")}
+    for path in outside.values():
+        path.write_text("mine\n")
+    seed = tmp_path / "seed"
+    git("init", "--quiet", str(seed))
+    os.symlink(outside["victim-readme"], seed / "README.md")
+    os.symlink(outside["victim-attributes"], seed / ".gitattributes")
+    git("add", "--all", cwd=seed)
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "links", cwd=seed)
+    remote = bare_repo(tmp_path / "remote.git")
+    git("push", "--quiet", str(remote), "HEAD:refs/heads/main", cwd=seed)
+    git("symbolic-ref", "HEAD", "refs/heads/main", cwd=remote)
+
+    result = run_cli("publish", walker_package, "--repo", remote)
+    assert result.exit_code == 0, result.output
+    assert all(path.read_text() == "mine\n" for path in outside.values())
+    clone = tmp_path / "clone"
+    git("clone", "--quiet", str(remote), str(clone))
+    assert not (clone / "README.md").is_symlink()
+    assert (clone / "README.md").read_bytes() == (walker_package / "README.md").read_bytes()
+
+
+def test_urls_keep_their_host_as_written_and_bad_ones_are_clean_errors(run_cli, walker_package):
+    ipv6 = parse_target(f"https://alice:{CANARY}@[::1]:8080/alice/tinywalker.git")
+    assert ipv6.location == "https://[::1]:8080/alice/tinywalker.git" and ipv6.password == CANARY
+    assert parse_target("https://gitcode.com:abc/x.git").location == "https://gitcode.com:abc/x.git"  # git refuses it
+    result = run_cli("publish", walker_package, "--repo", "https://gitcode.com:abc/x.git", "--dry-run")
+    assert result.exit_code == 0, result.output  # nothing is contacted in a dry run
+    result = run_cli("publish", walker_package, "--repo", f"https://alice:{CANARY}@[::1/x.git", "--dry-run")
+    assert result.exit_code == 2 and "not a URL git can use" in result.output
+    assert CANARY not in result.output

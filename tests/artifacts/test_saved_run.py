@@ -128,7 +128,8 @@ def test_unknown_reference_runtime_is_a_usage_error(run_cli, walker_run):
 
 
 @pytest.mark.parametrize("damage", ["no-folder", "empty", "foreign", "bad-json", "other-schema", "truncated-npz",
-                                    "missing-npz", "escaping-path", "malformed"])
+                                    "missing-npz", "escaping-path", "malformed", "no-inputs", "bad-tolerances",
+                                    "report-not-an-object"])
 def test_corrupt_or_foreign_folders_are_one_line_errors(walker_run, run_cli, tmp_path, damage):
     folder = shutil.copytree(walker_run, tmp_path / "run")
     meta_path = folder / "run.json"
@@ -154,6 +155,11 @@ def test_corrupt_or_foreign_folders_are_one_line_errors(walker_run, run_cli, tmp
         meta_path.write_text(json.dumps(meta))
     elif damage == "malformed":
         del meta["runtimes"][0]["name"]
+        meta_path.write_text(json.dumps(meta))
+    elif damage in ("no-inputs", "bad-tolerances", "report-not-an-object"):
+        key, value = {"no-inputs": ("inputs", None), "bad-tolerances": ("tolerances", {"actions": [1e-5]}),
+                      "report-not-an-object": ("report", [])}[damage]
+        meta[key] = value
         meta_path.write_text(json.dumps(meta))
     result = run_cli("compare", folder)
     assert result.exit_code == 1, result.output
@@ -182,3 +188,16 @@ def test_save_run_refuses_a_folder_in_use_before_validating(run_cli, tmp_path):
     assert result.exit_code == 1 and "is not a saved run" in result.output
     assert "Runtimes" not in result.output  # refused before any work
     assert (tmp_path / "busy" / "notes.txt").read_text() == "mine"
+
+
+def test_names_from_a_saved_run_are_shown_as_text(walker_run, run_cli, tmp_path):
+    """run.json comes from another host: a runtime named like rich markup is printed as written."""
+    folder = shutil.copytree(walker_run, tmp_path / "run")
+    meta = json.loads((folder / "run.json").read_text())
+    meta["runtimes"][1]["name"] = "[/odd]"
+    meta["created"] = "[/when]"
+    meta["report"]["family"] = "[/family]"
+    (folder / "run.json").write_text(json.dumps(meta))
+    result = run_cli("compare", folder)
+    assert result.exit_code == 0, result.output
+    assert "[/odd] vs torch-cpu" in result.output and "[/when]" in result.output and "[/family]" in result.output

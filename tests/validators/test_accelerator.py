@@ -36,6 +36,14 @@ def test_npu_check_on_the_cpu_passes_every_proof(run_cli, tmp_path):
     assert "modules hooked" in activations["detail"] and activations["detail"].startswith("20 of 20")
 
 
+def test_npu_check_on_cpu_0_is_the_cpu(run_cli, tmp_path):
+    """torch.device("cpu:0") != torch.device("cpu"), yet every CPU tensor reports "cpu"."""
+    result = run_cli("npu-check", "--device", "cpu:0", "--batch", "8", "--draws", "16", "--json", tmp_path / "c.json")
+    assert result.exit_code == 0, result.output
+    section = json.loads((tmp_path / "c.json").read_text())["extra"]["npu_check"]
+    assert section["device"] == "cpu" and all(c["passed"] for c in section["checks"])
+
+
 def test_npu_check_of_a_discrete_policy(run_cli):
     result = run_cli("npu-check", TINYBRANCHES, "--device", "cpu", "--batch", "16", "--draws", "64")
     assert result.exit_code == 0, result.output
@@ -103,3 +111,36 @@ def test_residency_catches_tensors_that_leave_the_device_and_announced_fallbacks
     assert "off the device: (model), head" in lines["activations on the device"]["detail"]
     assert not lines["outputs on the device"]["passed"] and "y" in lines["outputs on the device"]["detail"]
     assert not lines["no CPU fallback"]["passed"] and "fall back to run on the CPU" in lines["no CPU fallback"]["detail"]
+
+
+class _LeavesOnceThenReturns(nn.Module):
+    """Leaves the device on its first call only: each call of a module must be checked."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return x.to("meta") if self.calls == 1 else x
+
+
+class _SharedActivation(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.act = _LeavesOnceThenReturns()
+
+    def forward(self, x):
+        self.act(x)  # an intermediate value off the device (its result unused, as a leak can be)
+        return (self.act(x),)
+
+
+def test_residency_checks_every_call_of_a_module_called_twice():
+    spec = IOSpec((TensorSpec("x", "float32", ("batch", 3), "observation"),),
+                  (TensorSpec("y", "float32", ("batch", 3), "deterministic"),))
+    runtime = TorchRuntime(spec, "cpu")
+    runtime.prepare(_SharedActivation())
+    lines = {line["check"]: line for line in residency(runtime, {"x": torch.ones(2, 3).numpy()})}
+    assert lines["outputs on the device"]["passed"]  # the final output is back on the CPU
+    activations = lines["activations on the device"]
+    assert not activations["passed"] and activations["detail"].startswith("2 of 3 module outputs")

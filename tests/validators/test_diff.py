@@ -409,8 +409,11 @@ def test_bad_inputs_files_are_one_line_errors(run_cli, tmp_path):
     np.savez(wrong_dtype, obs_0=np.zeros((2, 12)), obs_1=np.zeros((2, 5)))
     pickled = tmp_path / "pickled.npz"
     pickled.write_bytes(pickle.dumps(Payload()))
+    empty = tmp_path / "empty.npz"
+    np.savez(empty, obs_0=np.zeros((0, 12), np.float32), obs_1=np.zeros((0, 5), np.float32))
     for path, message in ((hostile, "not a readable .npz archive"), (wrong_key, "no array named 'obs_1'"),
                           (wrong_dtype, "'obs_0' is float64, the reference takes float32"),
+                          (empty, "'obs_0' has no rows"),
                           (pickled, "not a readable .npz archive")):
         result = run(run_cli, WALKER, WALKER, tmp_path, "--inputs", path)[0]
         assert result.exit_code == 1 and message in result.output, result.output
@@ -450,3 +453,36 @@ def test_scores_behind_discrete_decisions_are_found_for_ties():
     assert probabilities.shape == (16, 8)
     np.testing.assert_allclose(probabilities[:, :3].sum(axis=1), 1.0, rtol=1e-5)
     assert (probabilities[:, :3] * feeds.arrays["action_masks"][:, :3] == probabilities[:, :3]).all()  # masked out
+
+
+def test_names_that_look_like_markup_are_shown_as_written(run_cli, tmp_path):
+    """Tensor and node names come from the files: '[/y]' or 'out[bold]' are text, not table markup."""
+    from onnx import TensorProto, helper
+
+    def graph(op: str, path: Path) -> Path:
+        x = helper.make_tensor_value_info("x[bold]", TensorProto.FLOAT, ["batch", 3])
+        y = helper.make_tensor_value_info("[/y]", TensorProto.FLOAT, ["batch", 3])
+        node = helper.make_node(op, ["x[bold]"], ["[/y]"], name="[/node]")
+        model = helper.make_model(helper.make_graph([node], "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+        onnx.save(model, str(path))
+        return path
+
+    result, data = run(run_cli, graph("Sigmoid", tmp_path / "c.onnx"), graph("Relu", tmp_path / "r.onnx"), tmp_path)
+    assert result.exit_code == 3, result.output
+    assert data["first_divergence"]["node"] == "[/node]"
+    assert "[/y]" in result.output and "[/node]" in result.output and "x[bold]" in result.output
+
+
+def test_a_reference_with_a_sequence_input_is_named_in_the_error(run_cli, tmp_path):
+    from onnx import TensorProto, helper
+
+    sequence = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [2])
+    index = helper.make_tensor_value_info("i", TensorProto.INT64, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    graph = helper.make_graph([helper.make_node("SequenceAt", ["s", "i"], ["y"])], "g", [sequence, index], [y])
+    path = tmp_path / "sequence.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    result, data = run(run_cli, path, path, tmp_path)
+    assert result.exit_code == 1 and data is None
+    assert result.output.strip() == f"error: {path}: input 's' is not a tensor of known type and rank; " \
+                                    "rlparity diff compares tensor inputs"

@@ -102,8 +102,10 @@ def test_runtime_options(run_cli, tmp_path):
     result = run_cli("rollout", CARTPOLE, "--env", ENV, "--episodes", "2", "--runtimes", "ort-cpu",
                      "--max-steps", "40", "--json", tmp_path / "one.json")
     assert result.exit_code == 0 and "one runtime: nothing to compare" in result.output
-    one = json.loads((tmp_path / "one.json").read_text())["extra"]["rollout"]["results"][0]
+    section = json.loads((tmp_path / "one.json").read_text())["extra"]["rollout"]
+    one = section["results"][0]
     assert one["lengths"] == [40, 40] and one["mean_return"] == 40.0
+    assert section["identical_actions"] is False  # nothing compared: nothing established
 
 
 def _ort_cartpole():
@@ -161,3 +163,32 @@ def test_a_stateful_controller_sees_reset_act_observe_in_order():
         assert np.array_equal(history["first"], history["observations"][0])
         assert len(history["observations"]) == len(history["rewards"]) == len(actions) == 25
         assert history["actions"] == [int(a) for a in actions] and sum(history["rewards"]) == total
+
+
+def _verdict(runtimes: list[tuple[str, str | None]], comparisons: list[tuple[str, bool, dict]], divergence):
+    """rollout_verdict_line of a report: runtimes (name, error), comparisons against torch-cpu."""
+    from rlparity.artifacts.tables import rollout_verdict_line
+
+    report = {
+        "runtimes": [{"name": n, "available": True, "error": e} for n, e in runtimes],
+        "comparisons": [{"reference": "torch-cpu", "candidate": n, "passed": ok,
+                         "outputs": [{"metrics": {"first_divergence": d}}]} for n, ok, d in comparisons],
+        "extra": {"rollout": {"results": [{"runtime": n} for n, e in runtimes if e is None],
+                              "first_divergence": divergence}},
+    }
+    return rollout_verdict_line(report).plain
+
+
+def test_the_rollout_verdict_line_agrees_with_the_exit_code():
+    within = {"episode": 0, "step": 5, "max_abs": 2e-7, "runtimes": ["torch-cpu", "ort-cpu"]}
+    beyond = {"episode": 1, "step": 3, "max_abs": 0.5}
+    # a runtime that failed: incomplete (exit 1), even when the others diverged within tolerance
+    line = _verdict([("torch-cpu", None), ("ort-cpu", None), ("torch-cuda:0", "RuntimeError: lost")],
+                    [("ort-cpu", True, within)], within)
+    assert line.startswith("verdict: INCOMPLETE")
+    # the mismatch named is the failing pair, not the earliest divergence (which passed)
+    line = _verdict([("torch-cpu", None), ("ort-cpu", None), ("torch-cuda:0", None)],
+                    [("ort-cpu", True, within), ("torch-cuda:0", False, beyond)], within)
+    assert line == "verdict: MISMATCH: torch-cuda:0 acted differently from torch-cpu first at episode 1, step 3 (max_abs 0.5)"
+    line = _verdict([("torch-cpu", None), ("ort-cpu", None)], [("ort-cpu", True, within)], within)
+    assert line.startswith("verdict: PASS within tolerance: ort-cpu first acted differently from torch-cpu at episode 0")
