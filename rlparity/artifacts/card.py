@@ -150,7 +150,8 @@ def _verdict_sentence(report: dict[str, Any]) -> str:
     pairs = [f"{c['candidate']} vs {c['reference']}" for c in report["comparisons"]]
     verdict = report.get("verdict", "")
     if verdict == "pass":
-        return f"**Verdict: PASS.** Every output agrees within tolerance in all {len(pairs)} comparisons ({', '.join(pairs)})."
+        scope = "the one comparison" if len(pairs) == 1 else f"all {len(pairs)} comparisons"
+        return f"**Verdict: PASS.** Every output agrees within tolerance in {scope} ({', '.join(pairs)})."
     if verdict == "mismatch":
         failed = [f"{c['candidate']} vs {c['reference']}" for c in report["comparisons"] if not c["passed"]]
         return f"**Verdict: MISMATCH** in {', '.join(failed)}. See the validation tables."
