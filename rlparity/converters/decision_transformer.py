@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from rlparity.converters.family import Family
+from rlparity.converters.family import Family, load_weights
 from rlparity.converters.safe_load import load_torch_file, require_file
 from rlparity.errors import NotSupportedYet, UserError
 from rlparity.spec import IOSpec, TensorSpec
@@ -140,11 +140,7 @@ class DecisionTransformer(Family):
 
     # -- the rebuild -------------------------------------------------------------------
     def _build_module(self):
-        module = _decision_transformer(self.config)
-        module.load_state_dict(self.state, strict=True)
-        for p in module.parameters():
-            p.requires_grad_(False)
-        return module
+        return load_weights(_decision_transformer(self.config), self.state, self.source)
 
     @property
     def context_length(self) -> int:

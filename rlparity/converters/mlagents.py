@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from rlparity.converters.family import Family
+from rlparity.converters.family import Family, load_weights
 from rlparity.converters.safe_load import load_torch_file
 from rlparity.errors import NotSupportedYet, UserError
 from rlparity.spec import IOSpec, TensorSpec
@@ -124,8 +124,6 @@ class MLAgentsPolicy(Family):
 
     # -- the rebuild -----------------------------------------------------------------
     def _build_module(self):
-        from torch import nn
-
         module = _simple_actor(self.arch)
         wanted = module.state_dict()
         state = {}
@@ -138,11 +136,7 @@ class MLAgentsPolicy(Family):
         missing = [k for k, v in state.items() if v is None]
         if missing:
             raise UserError(f"missing layer {missing[0]}", self.source)
-        module.load_state_dict(state, strict=True)
-        for p in module.parameters():
-            p.requires_grad_(False)
-        assert isinstance(module, nn.Module)
-        return module
+        return load_weights(module, state, self.source)
 
     def io_spec(self) -> IOSpec:
         arch = self.arch

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from rlparity.converters.family import Family
+from rlparity.converters.family import Family, load_weights
 from rlparity.converters.safe_load import (
     PickleRefused,
     load_restricted_pickle,
@@ -138,8 +138,6 @@ class SB3Policy(Family):
 
     # -- the rebuild -------------------------------------------------------------------
     def _build_module(self):
-        import torch
-
         module = _sb3_policy(self.arch)
         own = module.state_dict()
         state = {}
@@ -150,11 +148,7 @@ class SB3Policy(Family):
                 state[key] = own[key]  # filled from the data and the statistics, not policy.pth
             else:
                 raise UserError(f"policy.pth: missing layer {key}", self.source)
-        module.load_state_dict(state, strict=True)
-        for p in module.parameters():
-            p.requires_grad_(False)
-        assert isinstance(module, torch.nn.Module)
-        return module
+        return load_weights(module, state, self.source)
 
     def io_spec(self) -> IOSpec:
         arch = self.arch

@@ -54,6 +54,9 @@ BAD_FILES = {
         lambda tmp: _policy_with(tmp, "shape.pt", lambda p: _set(p, "network_body._body_endoder.seq_layers.2.weight",
                                                                   torch.zeros(32, 30))),
         "seq_layers.2.weight has shape [32, 30], expected [32, 32]"),
+    "mis-shaped constant": (
+        lambda tmp: _policy_with(tmp, "const.pt", lambda p: _set(p, "version_number", torch.tensor([3.0, 3.0]))),
+        "layer version_number has shape [2], but the architecture read from the other layers needs [1]"),
     "zero-variance normalizer": (
         lambda tmp: _policy_with(tmp, "var.pt", lambda p: p[
             "network_body.observation_encoder.processors.0.normalizer.running_variance"].__setitem__(3, 0.0)),
