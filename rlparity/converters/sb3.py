@@ -564,14 +564,14 @@ def _net_arch_matches(net_arch: Any, shared: list[int], pi: list[int], vf: list[
     if net_arch is None:
         return True
     if isinstance(net_arch, dict):
-        return list(net_arch.get("pi", [])) == pi and list(net_arch.get("vf", [])) == vf and not shared
+        return net_arch.get("pi", []) == pi and net_arch.get("vf", []) == vf and not shared
     if isinstance(net_arch, list):
         ints = [x for x in net_arch if isinstance(x, int)]
         dicts = [x for x in net_arch if isinstance(x, dict)]
         if not dicts:  # since SB3 1.8 a list means separate pi and vf; before it, shared layers
             return (ints == pi == vf and not shared) or (ints == shared and not pi and not vf)
         tail = dicts[0]
-        return ints == shared and list(tail.get("pi", [])) == pi and list(tail.get("vf", [])) == vf
+        return ints == shared and tail.get("pi", []) == pi and tail.get("vf", []) == vf
     return False
 
 

@@ -68,6 +68,9 @@ BAD_MODELS = {
     "unreadable action bounds": (
         lambda tmp: write_zip(tmp / "m.zip", edited_data(lambda d: d["action_space"].update({"n": "many"}))),
         "action_space has no readable n"),
+    "net_arch not lists": (
+        lambda tmp: write_zip(tmp / "m.zip", edited_data(lambda d: d["policy_kwargs"].update({"net_arch": {"pi": 64}}))),
+        "data says net_arch {'pi': 64}, but policy.pth has layers"),
     "policy.pth truncated": (
         lambda tmp: write_zip(tmp / "m.zip", with_member("policy.pth", members()["policy.pth"][:4000])),
         "policy.pth: truncated or corrupt"),
