@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import re
 import zipfile
+import zlib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -42,6 +43,13 @@ from rlparity.converters.safe_load import (
 )
 from rlparity.errors import NotSupportedYet, UsageError, UserError
 from rlparity.spec import IOSpec, TensorSpec
+
+try:  # zipfile's lzma codec is optional, as the module is
+    from lzma import LZMAError
+except ImportError:
+    LZMAError = zlib.error
+# What reading a corrupt compressed member raises beyond zipfile's own errors.
+_CODEC_ERRORS = (zlib.error, LZMAError)
 
 VEC_NORMALIZE_FILE = "vec_normalize.pkl"
 # Declared sizes above these are refused before reading (a zip bomb, or not a model at all).
@@ -369,7 +377,7 @@ def _read_members(source: Path) -> dict[str, bytes]:
             return members
     except zipfile.BadZipFile as e:
         raise UserError(f"truncated or corrupt zip archive ({e})", source) from None
-    except (OSError, EOFError, zipfile.LargeZipFile, NotImplementedError, RuntimeError) as e:
+    except (OSError, EOFError, zipfile.LargeZipFile, NotImplementedError, RuntimeError, *_CODEC_ERRORS) as e:
         # RuntimeError: encrypted members; NotImplementedError: unknown compression.
         detail = " ".join(str(e).split())[:160] or type(e).__name__
         raise UserError(f"truncated or corrupt zip archive ({detail})", source) from None

@@ -24,10 +24,27 @@ def members() -> dict[str, bytes]:
         return {name: archive.read(name) for name in archive.namelist()}
 
 
-def write_zip(path, content: dict[str, bytes]):
-    with zipfile.ZipFile(path, "w") as archive:
+def write_zip(path, content: dict[str, bytes], compression=zipfile.ZIP_STORED):
+    with zipfile.ZipFile(path, "w", compression=compression) as archive:
         for name, payload in content.items():
             archive.writestr(name, payload)
+    return path
+
+
+def corrupt_compressed(path, compression):
+    """The model zipped with ``compression``, its data member's compressed stream overwritten."""
+    write_zip(path, members(), compression)
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo("data")
+    header = info.header_offset  # the local header: 30 bytes, then the name and extra field
+    start = header + 30 + int.from_bytes(raw[header + 26:header + 28], "little") + \
+        int.from_bytes(raw[header + 28:header + 30], "little")
+    end = start + info.compress_size
+    if compression == zipfile.ZIP_LZMA:
+        start += 4 + raw[start + 2]  # past zipfile's lzma header and the properties it announces
+    raw[start:end] = b"\xff" * (end - start)
+    path.write_bytes(bytes(raw))
     return path
 
 
@@ -59,6 +76,10 @@ BAD_MODELS = {
     "truncated zip": (lambda tmp: _bytes(tmp / "t.zip", CARTPOLE.read_bytes()[:50_000]), "truncated or corrupt zip archive"),
     "not a zip at all": (lambda tmp: _bytes(tmp / "r.zip", os.urandom(2048)), "truncated or corrupt zip archive"),
     "empty file": (lambda tmp: _bytes(tmp / "e.zip", b""), "file is empty"),
+    "corrupt deflated member": (lambda tmp: corrupt_compressed(tmp / "d.zip", zipfile.ZIP_DEFLATED),
+                                "truncated or corrupt zip archive (Error -3 while decompressing data"),
+    "corrupt lzma member": (lambda tmp: corrupt_compressed(tmp / "l.zip", zipfile.ZIP_LZMA),
+                            "truncated or corrupt zip archive (Corrupt input data)"),
     "zip without policy.pth": (lambda tmp: write_zip(tmp / "m.zip", without("policy.pth")), "the archive has no policy.pth"),
     "zip without data": (lambda tmp: write_zip(tmp / "m.zip", without("data")), "the archive has no data"),
     "data not JSON": (lambda tmp: write_zip(tmp / "m.zip", with_member("data", b"\x80\x04K\x01.")), "member data is not JSON"),
