@@ -126,14 +126,13 @@ def load_restricted_pickle(path: str | Path, allowed: dict[tuple[str, str], Any]
     """
     path = Path(path)
     require_file(path)
-    try:
-        with open(path, "rb") as f:
+    with open(path, "rb") as f:
+        try:
             return _RestrictedUnpickler(f, allowed).load()
-    except PickleRefused as e:
-        raise UserError(
-            f"refused to load: the pickle {e}, which {what} do not hold "
-            "(a hostile or foreign file); nothing from it was run", path) from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
-            MemoryError, RecursionError) as e:
-        detail = " ".join(str(e).split())[:160] or type(e).__name__
-        raise UserError(f"not readable as {what}: truncated or corrupt ({detail})", path) from None
+        except PickleRefused as e:
+            raise UserError(
+                f"refused to load: the pickle {e}, which {what} do not hold "
+                "(a hostile or foreign file); nothing from it was run", path) from None
+        except Exception as e:  # UnpicklingError, EOFError, OverflowError, ...: any byte can be wrong
+            detail = " ".join(str(e).split())[:160] or type(e).__name__
+            raise UserError(f"not readable as {what}: truncated or corrupt ({detail})", path) from None

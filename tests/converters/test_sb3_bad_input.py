@@ -205,6 +205,7 @@ def test_hostile_object_inside_real_statistics_never_runs(tmp_path, run_cli):
     (lambda: pickle.dumps(eval), "asks to import builtins.eval"),
     (lambda: pickle.dumps(np.array([1, "x"], dtype=object)), "holds an array of Python objects"),
     (lambda: b"\x80\x04\x95", "truncated or corrupt"),
+    (lambda: b"\x80\x04\x95" + b"\xff" * 8, "truncated or corrupt (FRAME length exceeds"),
 ])
 def test_foreign_vec_normalize_pickles_are_refused(tmp_path, run_cli, content, fragment):
     stats = tmp_path / "stats.pkl"
