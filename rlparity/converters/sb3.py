@@ -714,19 +714,71 @@ class _RandomState(_Pickled):
     pass
 
 
-def _numpy_globals() -> dict[tuple[str, str], Any]:
-    """numpy's own (safe) array and scalar reconstructors, under numpy 1 and 2 module names."""
-    reconstruct = np.zeros(1).__reduce__()[0]
-    frombuffer = np.zeros(1).__reduce_ex__(5)[0]
-    scalar = np.float64(0).__reduce__()[0]
+# What a statistic, a bound or a generator state can be: booleans, integers, floats, complex.
+_PLAIN_KINDS = "biufc"
 
-    def dtype(*args: Any) -> np.dtype:
-        value = np.dtype(*args)
-        if value.hasobject:  # an array of Python objects: no statistic is one
+
+class _DType:
+    """``numpy.dtype(...)`` from the pickle, checked here before numpy sees it: numpy's own
+    dtype.__setstate__ trusts its state (a timedelta dtype given a float's state crashes the
+    interpreter; a float dtype given fields becomes a structured one, even one of objects)."""
+
+    def __init__(self, spec: Any, align: Any = False, copy: Any = True):
+        if not isinstance(spec, str):  # a list or tuple would describe a structured dtype
+            raise PickleRefused(f"builds a numpy dtype from a {type(spec).__name__}")
+        try:
+            value = np.dtype(spec)
+        except Exception:
+            raise PickleRefused(f"declares an unknown numpy dtype {spec[:40]!r}") from None
+        if value.hasobject:
             raise PickleRefused("holds an array of Python objects")
-        return value
+        if value.kind not in _PLAIN_KINDS:
+            raise PickleRefused(f"declares a numpy dtype of {value.name} values, which no statistic is")
+        self.value = value
 
-    found = {("numpy", "dtype"): dtype, ("numpy", "ndarray"): np.ndarray}
+    def __setstate__(self, state: Any) -> None:
+        # (version, byte order, subarray, names, fields, ...): a plain dtype has none of the three.
+        if not (isinstance(state, tuple) and len(state) >= 5 and state[1] in ("<", ">", "|", "=")
+                and state[2:5] == (None, None, None)):
+            raise PickleRefused("declares a structured or malformed numpy dtype")
+        if state[1] in ("<", ">"):
+            self.value = self.value.newbyteorder(state[1])
+
+    def __reduce__(self):  # never pickled again
+        raise TypeError("inert pickle data")
+
+
+def _checked_dtype(value: Any) -> np.dtype:
+    if not isinstance(value, _DType):
+        raise PickleRefused(f"gives numpy a {type(value).__name__} where a dtype belongs")
+    return value.value
+
+
+class _Array(np.ndarray):
+    """``numpy.ndarray`` from the pickle: numpy rebuilds it from the raw bytes only once its
+    dtype is a checked plain one."""
+
+    def __setstate__(self, state: Any) -> None:
+        if not (isinstance(state, tuple) and len(state) == 5 and isinstance(state[4], bytes)):
+            raise PickleRefused("holds a numpy array in a layout no statistic has")
+        version, shape, dtype, fortran, raw = state
+        super().__setstate__((version, shape, _checked_dtype(dtype), fortran, raw))
+
+
+def _numpy_globals() -> dict[tuple[str, str], Any]:
+    """numpy's array and scalar reconstructors (numpy 1 and 2 module names), every dtype
+    they are given checked first."""
+    reconstruct = np.zeros(1).__reduce__()[0]
+    numpy_frombuffer = np.zeros(1).__reduce_ex__(5)[0]
+    numpy_scalar = np.float64(0).__reduce__()[0]
+
+    def frombuffer(buffer: Any, dtype: Any, shape: Any, order: Any) -> np.ndarray:
+        return numpy_frombuffer(buffer, _checked_dtype(dtype), shape, order)
+
+    def scalar(dtype: Any, data: Any) -> Any:
+        return numpy_scalar(_checked_dtype(dtype), data)
+
+    found = {("numpy", "dtype"): _DType, ("numpy", "ndarray"): _Array}
     for core in ("numpy.core", "numpy._core"):
         found[(f"{core}.multiarray", "_reconstruct")] = reconstruct
         found[(f"{core}.multiarray", "scalar")] = scalar
@@ -788,8 +840,8 @@ def read_vec_normalize(path: str | Path, obs_shape: tuple[int, ...]) -> dict[str
         "path": str(path),
         "sha256": sha256_file(path),
         "norm_obs": bool(norm_obs),
-        "mean": mean.astype(np.float64),
-        "var": var.astype(np.float64),
+        "mean": np.array(mean, dtype=np.float64),
+        "var": np.array(var, dtype=np.float64),
         "epsilon": float(epsilon),
         "clip_obs": float(clip_obs),
         "count": float(count) if isinstance(count, (float, int, np.number)) else None,

@@ -7,13 +7,15 @@ import io
 import json
 import os
 import pickle
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
 import pytest
 import torch
 
-from tests.conftest import SAMPLES
+from tests.conftest import REPO, SAMPLES
 from tests.converters.test_bad_input import Hostile, assert_clean_error
 
 CARTPOLE = SAMPLES / "sb3" / "ppo-seals-CartPole-v0.zip"
@@ -200,8 +202,49 @@ def test_hostile_object_inside_real_statistics_never_runs(tmp_path, run_cli):
     assert not marker.exists()
 
 
+class NumpyDtype:
+    """Pickles as ``numpy.dtype(spec)`` whose BUILD is given ``state``, as a real dtype pickles."""
+
+    def __init__(self, spec, state):
+        self.spec, self.state = spec, state
+
+    def __reduce__(self):
+        return np.dtype, (self.spec, False, True), self.state
+
+
+FLOAT_STATE = (3, "<", None, None, None, -1, -1, 0)  # what np.dtype("f8") pickles as its state
+
+
+def test_a_dtype_state_that_crashes_numpy_never_reaches_it(tmp_path):
+    """numpy's dtype.__setstate__ crashes the interpreter (SIGSEGV) on a timedelta dtype given
+    a float's state: the shipped entry point, in a process of its own, refuses the file."""
+    stats = tmp_path / "stats.pkl"
+    stats.write_bytes(pickle.dumps({"obs_rms": NumpyDtype("m8", FLOAT_STATE)}))
+    done = subprocess.run([sys.executable, str(REPO / "cli.py"), "inspect", str(CARTPOLE), "--vec-normalize", str(stats)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert "refused to load: the pickle declares a numpy dtype of timedelta64 values" in done.stderr
+
+
+@pytest.mark.parametrize("protocol", [3, 4, 5])
+def test_numpy_arrays_and_scalars_still_load_at_every_protocol(tmp_path, protocol):
+    from rlparity.converters.safe_load import load_restricted_pickle
+    from rlparity.converters.sb3 import _vec_normalize_globals
+
+    path = tmp_path / "arrays.pkl"
+    path.write_bytes(pickle.dumps({"mean": np.arange(4.0).reshape(2, 2), "big_endian": np.arange(3, dtype=">i4"),
+                                   "count": np.float64(2.5)}, protocol=protocol))
+    loaded = load_restricted_pickle(path, _vec_normalize_globals(), "statistics")
+    assert loaded["mean"].dtype == np.float64 and np.array_equal(loaded["mean"], np.arange(4.0).reshape(2, 2))
+    assert loaded["big_endian"].tolist() == [0, 1, 2]  # its byte order honoured
+    assert type(loaded["count"]) is np.float64 and loaded["count"] == 2.5
+
+
 @pytest.mark.parametrize("content, fragment", [
     (lambda: pickle.dumps({"obs_rms": 1}), "not VecNormalize statistics"),
+    (lambda: pickle.dumps(NumpyDtype("f8", (3, "|", None, ("a",), {"a": (np.dtype("f8"), 0)}, 8, 1, 0))),
+     "declares a structured or malformed numpy dtype"),
     (lambda: pickle.dumps(eval), "asks to import builtins.eval"),
     (lambda: pickle.dumps(np.array([1, "x"], dtype=object)), "holds an array of Python objects"),
     (lambda: b"\x80\x04\x95", "truncated or corrupt"),
