@@ -652,7 +652,10 @@ class RolloutSettings:
             value = getattr(self, key)
             if value is None:
                 continue
-            value = np.asarray(value, dtype=np.float64)
+            try:
+                value = np.asarray(value, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise UserError(f"{key} must be a list of {state_dim} numbers, found {str(value)[:60]}", where) from None
             if value.shape != (state_dim,):
                 raise UserError(f"{key} has {value.size} values, the model's state_dim is {state_dim}", where)
             if not np.isfinite(value).all():
