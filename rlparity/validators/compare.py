@@ -261,6 +261,8 @@ def _count_ties(t: TensorSpec, a: np.ndarray, b: np.ndarray, scores: np.ndarray,
     ties, examples = 0, []
     for row, col in zip(*np.nonzero(a2 != b2)):
         branch = scores[row, bounds[col]:bounds[col + 1]]
+        if not (0 <= a2[row, col] < branch.size and 0 <= b2[row, col] < branch.size):
+            continue  # an action outside its branch is a real disagreement, never a tie
         chosen_a, chosen_b = branch[a2[row, col]], branch[b2[row, col]]
         margin = float(abs(chosen_b - chosen_a))
         if margin <= atol + rtol * abs(float(chosen_b)):

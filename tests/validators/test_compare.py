@@ -79,6 +79,16 @@ def test_discrete_disagreement_is_a_tie_only_when_scores_are_within_tolerance():
     assert not real.passed and real.metrics["ties"] == 0
 
 
+@pytest.mark.parametrize("action", [3, -3])
+def test_an_action_outside_its_branch_is_a_disagreement_not_a_tie(action):
+    """-3 would index the branch's first score from the end: equal to the reference's, a false tie."""
+    spec = TensorSpec("act", "int64", ("batch", 2), "deterministic", segments=(3, 2))
+    ref = np.array([[0, 1]])
+    scores = np.array([[0.4, 0.2, 0.4, 0.1, 0.9]], np.float32)
+    result = compare_agreement(spec, np.array([[action, 1]]), ref, scores, (1e-5, 1e-4))
+    assert not result.passed and result.metrics["disagreements"] == 1 and result.metrics["ties"] == 0
+
+
 def _gaussian_draws(rng, mean, std, n=512, shape=(8, 4)):
     return np.clip(rng.normal(mean, std, size=(n, *shape)), -3, 3).astype(np.float32) / 3
 
