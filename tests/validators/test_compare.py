@@ -128,6 +128,29 @@ def test_categorical_frequencies_and_blocked_actions():
     assert not result.passed and result.metrics["blocked_sampled"] == 1
 
 
+def test_categories_of_an_unsized_output_come_from_both_sides():
+    """Without segments the categories are read from the draws: the candidate's extra one too."""
+    spec = TensorSpec("d", "int64", ("batch", 1), "stochastic")
+    ref = np.zeros((64, 2, 1), np.int64)
+    cand = ref.copy()
+    cand[:32, 1, 0] = 1  # row 1 samples category 1 half the time; the reference never does
+    result = compare_distribution(spec, cand, ref)
+    assert not result.passed and result.metrics["max_frequency_diff"] == 0.5
+
+
+def test_sampled_actions_outside_their_branch_fail():
+    """One draw past the branch is no category at all: rare, yet never a valid sample."""
+    spec = TensorSpec("d", "int64", ("batch", 1), "stochastic", segments=(3,))
+    rng = np.random.default_rng(2)
+    ref = rng.choice(3, size=(512, 2, 1))
+    cand = rng.choice(3, size=(512, 2, 1))
+    assert compare_distribution(spec, cand, ref).passed
+    cand[5, 0, 0] = 3
+    result = compare_distribution(spec, cand, ref)
+    assert not result.passed and result.metrics["out_of_range"] == 1
+    assert result.note == "1 sampled action(s) lie outside their branch"
+
+
 def test_compare_outputs_dispatches_by_role_and_lists_absent_outputs():
     spec = IOSpec(inputs=(), outputs=(
         TensorSpec("c", "float32", (1,), "constant"),
