@@ -83,6 +83,7 @@ class DecisionTransformer(Family):
         self.config = config        # config.json with transformers' defaults filled in
         self.state = state          # the checked float32 state dict, transformers' names
         self.weights_note = weights_note
+        self._settings: RolloutSettings | None = None  # rollout.json or the defaults, read once
 
     # -- finding and reading the model ------------------------------------------------
     @classmethod
@@ -249,7 +250,7 @@ class DecisionTransformer(Family):
         return settings
 
     def _stored_settings(self) -> "RolloutSettings":
-        if getattr(self, "_settings", None) is None:
+        if self._settings is None:
             self._settings = _read_rollout_settings(self.folder, self.config)
         return self._settings
 

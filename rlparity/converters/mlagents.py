@@ -51,11 +51,13 @@ class MLAgentsPolicy(Family):
     looks_for = "an ML-Agents checkpoint (*.pt) or run folder"
     default_opset = 9  # what mlagents' ModelSerializer writes
 
-    def __init__(self, source: Path, source_note: str, policy: dict, arch: dict, step: int | None):
+    def __init__(self, source: Path, source_note: str, policy: dict, arch: dict, step: int | None,
+                 reference: Path | None = None):
         super().__init__(source, source_note)
         self.policy = policy  # the checkpoint's "Policy" state dict, already checked
         self.arch = arch
         self.step = step
+        self._reference = reference  # mlagents' own export of this checkpoint, when beside it
 
     # -- finding and reading the checkpoint ----------------------------------------
     @classmethod
@@ -118,9 +120,7 @@ class MLAgentsPolicy(Family):
         if obs_sizes is None and reference is not None:
             obs_sizes = _obs_sizes_of_onnx(reference)
         arch = _read_architecture(policy, file, obs_sizes)
-        instance = cls(file, note, policy, arch, _global_step(checkpoint))
-        instance._reference = reference
-        return instance
+        return cls(file, note, policy, arch, _global_step(checkpoint), reference)
 
     # -- the rebuild -----------------------------------------------------------------
     def _build_module(self):
@@ -213,7 +213,7 @@ class MLAgentsPolicy(Family):
 
     # -- facts -------------------------------------------------------------------------
     def reference_export(self) -> Path | None:
-        return getattr(self, "_reference", None)
+        return self._reference
 
     def summary(self) -> dict[str, Any]:
         arch = self.arch
