@@ -217,6 +217,7 @@ class MLAgentsPolicy(Family):
 
     def summary(self) -> dict[str, Any]:
         arch = self.arch
+        hidden = arch["hidden"]
         module = self.build_torch()
         normalizers = []
         for i, stats in enumerate(arch["normalizers"]):
@@ -234,7 +235,9 @@ class MLAgentsPolicy(Family):
             "title": self.title,
             "observations": [f"obs_{i}: {n}" for i, n in enumerate(arch["obs_sizes"])],
             "observation_split": arch["obs_split_source"],
-            "hidden_layers": f"{len(arch['hidden'])} x {arch['hidden'][0]} (Linear + Swish)",
+            # mlagents gives every layer hidden_units; a hand-made body may not.
+            "hidden_layers": (f"{len(hidden)} x {hidden[0]}" if len(set(hidden)) == 1 else f"widths {hidden}")
+                             + " (Linear + Swish)",
             "continuous_actions": arch["continuous"],
             "discrete_branches": list(arch["branches"]),
             "sigma": "state-dependent (SAC)" if arch["conditional_sigma"] else "learned constant",
