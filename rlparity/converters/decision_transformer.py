@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from rlparity.converters.family import Family
+from rlparity.converters.family import Family, load_weights
 from rlparity.converters.safe_load import load_torch_file, require_file
 from rlparity.errors import NotSupportedYet, UserError
 from rlparity.spec import IOSpec, TensorSpec
@@ -83,6 +83,7 @@ class DecisionTransformer(Family):
         self.config = config        # config.json with transformers' defaults filled in
         self.state = state          # the checked float32 state dict, transformers' names
         self.weights_note = weights_note
+        self._settings: RolloutSettings | None = None  # rollout.json or the defaults, read once
 
     # -- finding and reading the model ------------------------------------------------
     @classmethod
@@ -140,11 +141,7 @@ class DecisionTransformer(Family):
 
     # -- the rebuild -------------------------------------------------------------------
     def _build_module(self):
-        module = _decision_transformer(self.config)
-        module.load_state_dict(self.state, strict=True)
-        for p in module.parameters():
-            p.requires_grad_(False)
-        return module
+        return load_weights(_decision_transformer(self.config), self.state, self.source)
 
     @property
     def context_length(self) -> int:
@@ -253,7 +250,7 @@ class DecisionTransformer(Family):
         return settings
 
     def _stored_settings(self) -> "RolloutSettings":
-        if getattr(self, "_settings", None) is None:
+        if self._settings is None:
             self._settings = _read_rollout_settings(self.folder, self.config)
         return self._settings
 
@@ -656,7 +653,10 @@ class RolloutSettings:
             value = getattr(self, key)
             if value is None:
                 continue
-            value = np.asarray(value, dtype=np.float64)
+            try:
+                value = np.asarray(value, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise UserError(f"{key} must be a list of {state_dim} numbers, found {str(value)[:60]}", where) from None
             if value.shape != (state_dim,):
                 raise UserError(f"{key} has {value.size} values, the model's state_dim is {state_dim}", where)
             if not np.isfinite(value).all():

@@ -10,6 +10,7 @@ a tuple in ``io_spec().outputs`` order; runtimes and the exporter rely on nothin
 from __future__ import annotations
 
 import io
+import re
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -194,6 +195,20 @@ def check_export(data: bytes, spec: IOSpec, where: str | Path) -> None:
             f"export of {where} has I/O {got_in} -> {got_out}, "
             f"expected {spec.input_names} -> {spec.output_names}"
         )
+
+
+def load_weights(module, state: dict, where: str | Path):
+    """``module`` with ``state`` loaded (strict) and frozen. A tensor whose shape does not fit
+    the layer rebuilt from the rest of the checkpoint is the file's fault: one clear line."""
+    try:
+        module.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        found = re.search(r"size mismatch for (\S+): copying a param with shape torch\.Size\((\[.*?\])\) from "
+                          r"checkpoint, the shape in current model is torch\.Size\((\[.*?\])\)", str(e))
+        detail = (f"layer {found[1]} has shape {found[2]}, but the architecture read from the other layers needs {found[3]}"
+                  if found else " ".join(str(e).split())[:200])
+        raise UserError(detail, where) from None
+    return module.requires_grad_(False)
 
 
 def write_bytes(path: Path, data: bytes) -> None:

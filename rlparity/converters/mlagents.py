@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from rlparity.converters.family import Family
+from rlparity.converters.family import Family, load_weights
 from rlparity.converters.safe_load import load_torch_file
 from rlparity.errors import NotSupportedYet, UserError
 from rlparity.spec import IOSpec, TensorSpec
@@ -51,11 +51,13 @@ class MLAgentsPolicy(Family):
     looks_for = "an ML-Agents checkpoint (*.pt) or run folder"
     default_opset = 9  # what mlagents' ModelSerializer writes
 
-    def __init__(self, source: Path, source_note: str, policy: dict, arch: dict, step: int | None):
+    def __init__(self, source: Path, source_note: str, policy: dict, arch: dict, step: int | None,
+                 reference: Path | None = None):
         super().__init__(source, source_note)
         self.policy = policy  # the checkpoint's "Policy" state dict, already checked
         self.arch = arch
         self.step = step
+        self._reference = reference  # mlagents' own export of this checkpoint, when beside it
 
     # -- finding and reading the checkpoint ----------------------------------------
     @classmethod
@@ -118,14 +120,10 @@ class MLAgentsPolicy(Family):
         if obs_sizes is None and reference is not None:
             obs_sizes = _obs_sizes_of_onnx(reference)
         arch = _read_architecture(policy, file, obs_sizes)
-        instance = cls(file, note, policy, arch, _global_step(checkpoint))
-        instance._reference = reference
-        return instance
+        return cls(file, note, policy, arch, _global_step(checkpoint), reference)
 
     # -- the rebuild -----------------------------------------------------------------
     def _build_module(self):
-        from torch import nn
-
         module = _simple_actor(self.arch)
         wanted = module.state_dict()
         state = {}
@@ -138,11 +136,7 @@ class MLAgentsPolicy(Family):
         missing = [k for k, v in state.items() if v is None]
         if missing:
             raise UserError(f"missing layer {missing[0]}", self.source)
-        module.load_state_dict(state, strict=True)
-        for p in module.parameters():
-            p.requires_grad_(False)
-        assert isinstance(module, nn.Module)
-        return module
+        return load_weights(module, state, self.source)
 
     def io_spec(self) -> IOSpec:
         arch = self.arch
@@ -219,10 +213,11 @@ class MLAgentsPolicy(Family):
 
     # -- facts -------------------------------------------------------------------------
     def reference_export(self) -> Path | None:
-        return getattr(self, "_reference", None)
+        return self._reference
 
     def summary(self) -> dict[str, Any]:
         arch = self.arch
+        hidden = arch["hidden"]
         module = self.build_torch()
         normalizers = []
         for i, stats in enumerate(arch["normalizers"]):
@@ -240,7 +235,9 @@ class MLAgentsPolicy(Family):
             "title": self.title,
             "observations": [f"obs_{i}: {n}" for i, n in enumerate(arch["obs_sizes"])],
             "observation_split": arch["obs_split_source"],
-            "hidden_layers": f"{len(arch['hidden'])} x {arch['hidden'][0]} (Linear + Swish)",
+            # mlagents gives every layer hidden_units; a hand-made body may not.
+            "hidden_layers": (f"{len(hidden)} x {hidden[0]}" if len(set(hidden)) == 1 else f"widths {hidden}")
+                             + " (Linear + Swish)",
             "continuous_actions": arch["continuous"],
             "discrete_branches": list(arch["branches"]),
             "sigma": "state-dependent (SAC)" if arch["conditional_sigma"] else "learned constant",

@@ -45,11 +45,7 @@ def load_torch_file(path: str | Path) -> Any:
     with open(path, "rb") as f:
         head = f.read(4)
     if head == _ZIP_MAGIC:
-        try:
-            with zipfile.ZipFile(path) as archive:
-                archive.namelist()
-        except (zipfile.BadZipFile, OSError, EOFError) as e:
-            raise UserError(f"truncated or corrupt checkpoint archive ({e})", path) from None
+        _check_archive(path, path, "")
     return _weights_only_load(path, path, "")
 
 
@@ -61,12 +57,17 @@ def load_torch_bytes(data: bytes, where: str | Path, member: str) -> Any:
     if not data:
         raise UserError(f"{member} is empty", where)
     if data[:4] == _ZIP_MAGIC:
-        try:
-            with zipfile.ZipFile(io.BytesIO(data)) as archive:
-                archive.namelist()
-        except (zipfile.BadZipFile, OSError, EOFError) as e:
-            raise UserError(f"{member}: truncated or corrupt checkpoint archive ({e})", where) from None
+        _check_archive(io.BytesIO(data), where, f"{member}: ")
     return _weights_only_load(io.BytesIO(data), where, f"{member}: ")
+
+
+def _check_archive(source: Any, where: str | Path, prefix: str) -> None:
+    """A checkpoint in torch's zip format must at least have a readable directory."""
+    try:
+        with zipfile.ZipFile(source) as archive:
+            archive.namelist()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:  # ValueError: a name that is not UTF-8
+        raise UserError(f"{prefix}truncated or corrupt checkpoint archive ({e})", where) from None
 
 
 def _weights_only_load(source: Any, where: str | Path, prefix: str) -> Any:
@@ -78,7 +79,7 @@ def _weights_only_load(source: Any, where: str | Path, prefix: str) -> Any:
             return torch.load(source, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         raise UserError(prefix + _explain_refusal(str(e)), where) from None
-    except (EOFError, OSError, RuntimeError, ValueError, KeyError, IndexError, TypeError) as e:
+    except Exception as e:  # EOFError, RuntimeError, AssertionError, AttributeError, ...: any byte can be wrong
         detail = " ".join(str(e).split())[:160] or type(e).__name__
         raise UserError(f"{prefix}not a readable PyTorch checkpoint: truncated or corrupt ({detail})", where) from None
 
@@ -126,14 +127,13 @@ def load_restricted_pickle(path: str | Path, allowed: dict[tuple[str, str], Any]
     """
     path = Path(path)
     require_file(path)
-    try:
-        with open(path, "rb") as f:
+    with open(path, "rb") as f:
+        try:
             return _RestrictedUnpickler(f, allowed).load()
-    except PickleRefused as e:
-        raise UserError(
-            f"refused to load: the pickle {e}, which {what} do not hold "
-            "(a hostile or foreign file); nothing from it was run", path) from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
-            MemoryError, RecursionError) as e:
-        detail = " ".join(str(e).split())[:160] or type(e).__name__
-        raise UserError(f"not readable as {what}: truncated or corrupt ({detail})", path) from None
+        except PickleRefused as e:
+            raise UserError(
+                f"refused to load: the pickle {e}, which {what} do not hold "
+                "(a hostile or foreign file); nothing from it was run", path) from None
+        except Exception as e:  # UnpicklingError, EOFError, OverflowError, ...: any byte can be wrong
+            detail = " ".join(str(e).split())[:160] or type(e).__name__
+            raise UserError(f"not readable as {what}: truncated or corrupt ({detail})", path) from None

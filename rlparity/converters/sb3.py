@@ -27,12 +27,13 @@ from __future__ import annotations
 import json
 import re
 import zipfile
+import zlib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 
-from rlparity.converters.family import Family
+from rlparity.converters.family import Family, load_weights
 from rlparity.converters.safe_load import (
     PickleRefused,
     load_restricted_pickle,
@@ -42,6 +43,13 @@ from rlparity.converters.safe_load import (
 )
 from rlparity.errors import NotSupportedYet, UsageError, UserError
 from rlparity.spec import IOSpec, TensorSpec
+
+try:  # zipfile's lzma codec is optional, as the module is
+    from lzma import LZMAError
+except ImportError:
+    LZMAError = zlib.error
+# What reading a corrupt compressed member raises beyond zipfile's own errors.
+_CODEC_ERRORS = (zlib.error, LZMAError)
 
 VEC_NORMALIZE_FILE = "vec_normalize.pkl"
 # Declared sizes above these are refused before reading (a zip bomb, or not a model at all).
@@ -138,8 +146,6 @@ class SB3Policy(Family):
 
     # -- the rebuild -------------------------------------------------------------------
     def _build_module(self):
-        import torch
-
         module = _sb3_policy(self.arch)
         own = module.state_dict()
         state = {}
@@ -150,11 +156,7 @@ class SB3Policy(Family):
                 state[key] = own[key]  # filled from the data and the statistics, not policy.pth
             else:
                 raise UserError(f"policy.pth: missing layer {key}", self.source)
-        module.load_state_dict(state, strict=True)
-        for p in module.parameters():
-            p.requires_grad_(False)
-        assert isinstance(module, torch.nn.Module)
-        return module
+        return load_weights(module, state, self.source)
 
     def io_spec(self) -> IOSpec:
         arch = self.arch
@@ -375,7 +377,7 @@ def _read_members(source: Path) -> dict[str, bytes]:
             return members
     except zipfile.BadZipFile as e:
         raise UserError(f"truncated or corrupt zip archive ({e})", source) from None
-    except (OSError, EOFError, zipfile.LargeZipFile, NotImplementedError, RuntimeError) as e:
+    except (OSError, EOFError, zipfile.LargeZipFile, NotImplementedError, RuntimeError, *_CODEC_ERRORS) as e:
         # RuntimeError: encrypted members; NotImplementedError: unknown compression.
         detail = " ".join(str(e).split())[:160] or type(e).__name__
         raise UserError(f"truncated or corrupt zip archive ({detail})", source) from None
@@ -570,14 +572,14 @@ def _net_arch_matches(net_arch: Any, shared: list[int], pi: list[int], vf: list[
     if net_arch is None:
         return True
     if isinstance(net_arch, dict):
-        return list(net_arch.get("pi", [])) == pi and list(net_arch.get("vf", [])) == vf and not shared
+        return net_arch.get("pi", []) == pi and net_arch.get("vf", []) == vf and not shared
     if isinstance(net_arch, list):
         ints = [x for x in net_arch if isinstance(x, int)]
         dicts = [x for x in net_arch if isinstance(x, dict)]
         if not dicts:  # since SB3 1.8 a list means separate pi and vf; before it, shared layers
             return (ints == pi == vf and not shared) or (ints == shared and not pi and not vf)
         tail = dicts[0]
-        return ints == shared and list(tail.get("pi", [])) == pi and list(tail.get("vf", [])) == vf
+        return ints == shared and tail.get("pi", []) == pi and tail.get("vf", []) == vf
     return False
 
 
@@ -712,19 +714,71 @@ class _RandomState(_Pickled):
     pass
 
 
-def _numpy_globals() -> dict[tuple[str, str], Any]:
-    """numpy's own (safe) array and scalar reconstructors, under numpy 1 and 2 module names."""
-    reconstruct = np.zeros(1).__reduce__()[0]
-    frombuffer = np.zeros(1).__reduce_ex__(5)[0]
-    scalar = np.float64(0).__reduce__()[0]
+# What a statistic, a bound or a generator state can be: booleans, integers, floats, complex.
+_PLAIN_KINDS = "biufc"
 
-    def dtype(*args: Any) -> np.dtype:
-        value = np.dtype(*args)
-        if value.hasobject:  # an array of Python objects: no statistic is one
+
+class _DType:
+    """``numpy.dtype(...)`` from the pickle, checked here before numpy sees it: numpy's own
+    dtype.__setstate__ trusts its state (a timedelta dtype given a float's state crashes the
+    interpreter; a float dtype given fields becomes a structured one, even one of objects)."""
+
+    def __init__(self, spec: Any, align: Any = False, copy: Any = True):
+        if not isinstance(spec, str):  # a list or tuple would describe a structured dtype
+            raise PickleRefused(f"builds a numpy dtype from a {type(spec).__name__}")
+        try:
+            value = np.dtype(spec)
+        except Exception:
+            raise PickleRefused(f"declares an unknown numpy dtype {spec[:40]!r}") from None
+        if value.hasobject:
             raise PickleRefused("holds an array of Python objects")
-        return value
+        if value.kind not in _PLAIN_KINDS:
+            raise PickleRefused(f"declares a numpy dtype of {value.name} values, which no statistic is")
+        self.value = value
 
-    found = {("numpy", "dtype"): dtype, ("numpy", "ndarray"): np.ndarray}
+    def __setstate__(self, state: Any) -> None:
+        # (version, byte order, subarray, names, fields, ...): a plain dtype has none of the three.
+        if not (isinstance(state, tuple) and len(state) >= 5 and state[1] in ("<", ">", "|", "=")
+                and state[2:5] == (None, None, None)):
+            raise PickleRefused("declares a structured or malformed numpy dtype")
+        if state[1] in ("<", ">"):
+            self.value = self.value.newbyteorder(state[1])
+
+    def __reduce__(self):  # never pickled again
+        raise TypeError("inert pickle data")
+
+
+def _checked_dtype(value: Any) -> np.dtype:
+    if not isinstance(value, _DType):
+        raise PickleRefused(f"gives numpy a {type(value).__name__} where a dtype belongs")
+    return value.value
+
+
+class _Array(np.ndarray):
+    """``numpy.ndarray`` from the pickle: numpy rebuilds it from the raw bytes only once its
+    dtype is a checked plain one."""
+
+    def __setstate__(self, state: Any) -> None:
+        if not (isinstance(state, tuple) and len(state) == 5 and isinstance(state[4], bytes)):
+            raise PickleRefused("holds a numpy array in a layout no statistic has")
+        version, shape, dtype, fortran, raw = state
+        super().__setstate__((version, shape, _checked_dtype(dtype), fortran, raw))
+
+
+def _numpy_globals() -> dict[tuple[str, str], Any]:
+    """numpy's array and scalar reconstructors (numpy 1 and 2 module names), every dtype
+    they are given checked first."""
+    reconstruct = np.zeros(1).__reduce__()[0]
+    numpy_frombuffer = np.zeros(1).__reduce_ex__(5)[0]
+    numpy_scalar = np.float64(0).__reduce__()[0]
+
+    def frombuffer(buffer: Any, dtype: Any, shape: Any, order: Any) -> np.ndarray:
+        return numpy_frombuffer(buffer, _checked_dtype(dtype), shape, order)
+
+    def scalar(dtype: Any, data: Any) -> Any:
+        return numpy_scalar(_checked_dtype(dtype), data)
+
+    found = {("numpy", "dtype"): _DType, ("numpy", "ndarray"): _Array}
     for core in ("numpy.core", "numpy._core"):
         found[(f"{core}.multiarray", "_reconstruct")] = reconstruct
         found[(f"{core}.multiarray", "scalar")] = scalar
@@ -786,8 +840,8 @@ def read_vec_normalize(path: str | Path, obs_shape: tuple[int, ...]) -> dict[str
         "path": str(path),
         "sha256": sha256_file(path),
         "norm_obs": bool(norm_obs),
-        "mean": mean.astype(np.float64),
-        "var": var.astype(np.float64),
+        "mean": np.array(mean, dtype=np.float64),
+        "var": np.array(var, dtype=np.float64),
         "epsilon": float(epsilon),
         "clip_obs": float(clip_obs),
         "count": float(count) if isinstance(count, (float, int, np.number)) else None,

@@ -2,8 +2,7 @@
 
 ML-Agents samples were trained with mlagents 1.1.0 and exported by its own
 ModelSerializer, so each comes with its official ONNX export beside it. The
-Stable-Baselines3 sample is a PPO policy saved by ``model.save``.
-ModelSerializer, so each comes with its official ONNX export beside it. TinyHopper is a
+Stable-Baselines3 sample is a PPO policy saved by ``model.save``. TinyHopper is a
 Decision Transformer that transformers' save_pretrained wrote (tests/data/
 make_tiny_decision_transformer.py makes it).
 """

@@ -261,6 +261,8 @@ def _count_ties(t: TensorSpec, a: np.ndarray, b: np.ndarray, scores: np.ndarray,
     ties, examples = 0, []
     for row, col in zip(*np.nonzero(a2 != b2)):
         branch = scores[row, bounds[col]:bounds[col + 1]]
+        if not (0 <= a2[row, col] < branch.size and 0 <= b2[row, col] < branch.size):
+            continue  # an action outside its branch is a real disagreement, never a tie
         chosen_a, chosen_b = branch[a2[row, col]], branch[b2[row, col]]
         margin = float(abs(chosen_b - chosen_a))
         if margin <= atol + rtol * abs(float(chosen_b)):
@@ -299,13 +301,20 @@ def compare_distribution(t: TensorSpec, draws_a: np.ndarray, draws_b: np.ndarray
         metrics["max_std_diff"] = float(np.abs(a.std(0) - b.std(0)).max())
         worst = max(metrics["z_mean"], metrics["z_second_moment"])
     else:
-        fa, fb = _frequencies(t, draws_a), _frequencies(t, draws_b)
+        # Both sides counted over the same categories, even when the spec does not size them.
+        branches = int(np.prod(draws_b.shape[2:]))
+        segments = t.segments or (int(max(draws_a.max(), draws_b.max())) + 1,) * branches
+        fa, fb = _frequencies(draws_a, segments), _frequencies(draws_b, segments)
         metrics = {"draws": int(draws_a.shape[0]), "elements": int(np.prod(draws_a.shape[1:]))}
         na, nb = draws_a.shape[0], draws_b.shape[0]
         metrics["z_frequency"] = _max_z(fa, fb, fa * (1 - fa) / na, fb * (1 - fb) / nb, floor=1.0 / max(na, nb),
                                         allowance=_allowance(fa, fb, tolerance))
         metrics["max_frequency_diff"] = float(np.abs(fa - fb).max())
         worst = metrics["z_frequency"]
+        # A sampled action no branch has never shows in the frequencies: counted on its own.
+        metrics["out_of_range"] = _out_of_range(draws_a, segments)
+        if metrics["out_of_range"]:
+            worst = float("inf")
         probabilities = _scores_for(t, scores, draws_b.shape[1])
         if probabilities is not None:
             blocked = probabilities <= 0.0
@@ -317,6 +326,8 @@ def compare_distribution(t: TensorSpec, draws_a: np.ndarray, draws_b: np.ndarray
         metrics["allowed"] = {"atol": tolerance[0], "rtol": tolerance[1]}
     passed = bool(worst <= z_limit)
     note = "" if passed else "the sampled values do not follow the reference's distribution"
+    if metrics.get("out_of_range"):
+        note = f"{metrics['out_of_range']} sampled action(s) lie outside their branch"
     if metrics.get("blocked_sampled"):
         note = f"{metrics['blocked_sampled']} blocked (masked) action(s) were sampled"
     return OutputComparison(t.name, "distribution", passed, metrics, note=note)
@@ -342,15 +353,20 @@ def _max_z(ma, mb, va, vb, floor: float | np.ndarray = 1e-6, allowance: float | 
     return float((excess / se).max()) if np.size(ma) else 0.0
 
 
-def _frequencies(t: TensorSpec, draws: np.ndarray) -> np.ndarray:
+def _frequencies(draws: np.ndarray, segments: tuple[int, ...]) -> np.ndarray:
     """[draws, rows, branches] integer samples -> [rows, sum(segments)] category frequencies."""
     draws = draws.reshape(draws.shape[0], draws.shape[1], -1)
-    segments = t.segments or (int(draws.max()) + 1,) * draws.shape[2]
     columns = []
     for branch, size in enumerate(segments):
         values = draws[:, :, branch]
         columns.append(np.stack([(values == k).mean(0) for k in range(size)], axis=-1))
     return np.concatenate(columns, axis=-1)
+
+
+def _out_of_range(draws: np.ndarray, segments: tuple[int, ...]) -> int:
+    """How many samples are no category of their branch (below 0, or past its size)."""
+    draws = draws.reshape(draws.shape[0], draws.shape[1], -1)
+    return int(((draws < 0) | (draws >= np.array(segments))).sum())
 
 
 def _scores_for(t: TensorSpec, scores: dict[str, np.ndarray] | None, rows: int) -> np.ndarray | None:

@@ -152,13 +152,14 @@ def validate_with_arrays(family: Family, options: ValidateOptions,
     on_step("comparing")
     outputs = per_shape[0]
     reference_name = REFERENCE if REFERENCE in outputs else next(iter(outputs), None)
-    masked = False
-    for i, (shape, shape_feeds) in enumerate(zip(shapes, all_feeds)):
-        shape_outputs = per_shape[i]
-        scores = family.scores(shape_feeds.arrays)
-        valid = family.valid_elements(shape_feeds.arrays)
-        masked = masked or valid is not None
-        pairs = [(reference_name, name) for name in shape_outputs if name != reference_name]
+    # Per shape, the reference scores behind discrete actions and the elements compared.
+    all_scores = [family.scores(f.arrays) for f in all_feeds]
+    all_valid = [family.valid_elements(f.arrays) for f in all_feeds]
+    for i, shape in enumerate(shapes):
+        shape_outputs, scores, valid = per_shape[i], all_scores[i], all_valid[i]
+        # A reference that failed at this shape leaves nothing to compare with (its error is recorded).
+        pairs = [(reference_name, name) for name in shape_outputs
+                 if name != reference_name and reference_name in shape_outputs]
         if OURS in shape_outputs and OFFICIAL in shape_outputs and reference_name != OFFICIAL:
             pairs.append((OFFICIAL, OURS))
         for pair in options.extra_pairs or []:
@@ -176,7 +177,7 @@ def validate_with_arrays(family: Family, options: ValidateOptions,
             if len(shapes) > 1:
                 data["shape"] = dict(shape)
             report.comparisons.append(data)
-    if masked and family.excluded_from_comparison:
+    if any(v is not None for v in all_valid) and family.excluded_from_comparison:
         report.notes.append(f"excluded from every comparison: {family.excluded_from_comparison}")
     report.extra["outputs_digest"] = {name: digest_arrays(out) for name, out in outputs.items()}
     if outputs:
@@ -192,7 +193,7 @@ def validate_with_arrays(family: Family, options: ValidateOptions,
             family, options.dtypes, options.device or "cpu", feeds, seed=options.seed,
             draw_feeds=draw_feeds, draws=options.draws,
             reference=outputs.get(REFERENCE), reference_draws=draws.get(REFERENCE),
-            scores=family.scores(feeds.arrays), on_step=on_step,
+            scores=all_scores[0], on_step=on_step,
         )
     if options.save_run is not None:
         from rlparity.artifacts.saved_run import save_run
@@ -200,8 +201,7 @@ def validate_with_arrays(family: Family, options: ValidateOptions,
         on_step("saving the run")
         report.extra["saved_run"] = str(options.save_run)
         save_run(options.save_run, report, spec, feeds, outputs, draws, reference=reference_name,
-                 tolerances=family.tolerances(), scores=family.scores(feeds.arrays),
-                 valid=family.valid_elements(feeds.arrays))
+                 tolerances=family.tolerances(), scores=all_scores[0], valid=all_valid[0])
     return Validation(report, ours, feeds.arrays, outputs)
 
 

@@ -1,11 +1,14 @@
 """Every class of bad input: one clear line naming the file, exit 1, no traceback, no code run."""
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import random
+import re
 import subprocess
 import sys
+import zipfile
 
 import pytest
 import torch
@@ -25,6 +28,22 @@ class Hostile:
         return (os.system, (f"touch {self.marker}",))
 
 
+def _legacy_with_a_stray_storage_key(path):
+    """torch's legacy (pre-zip) format, its list of storage keys naming one no tensor has."""
+    buffer = io.BytesIO()
+    torch.save({"Policy": {"w": torch.zeros(2)}}, buffer, _use_new_zipfile_serialization=False)
+    data = buffer.getvalue()
+    key = re.findall(rb"\d{6,}", data)[-1]  # the storage's key, listed last after the pickled objects
+    at = data.rindex(key)
+    return _write(path, data[:at] + (b"1" if key[:1] != b"1" else b"2") + data[at + 1:])
+
+
+def _zip_with_a_name_not_utf8(path):
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("data-\u00e9.pkl", b"x")  # stored as UTF-8, flagged so
+    return _write(path, path.read_bytes().replace("\u00e9".encode(), b"\xff\xfe"))
+
+
 def _policy_with(tmp_path, name, edit):
     checkpoint = torch.load(CHECKPOINT, weights_only=True)
     edit(checkpoint["Policy"])
@@ -41,6 +60,10 @@ BAD_FILES = {
     "truncated": (lambda tmp: _write(tmp / "t.pt", CHECKPOINT.read_bytes()[:10_000]), "truncated or corrupt"),
     "random bytes": (lambda tmp: _write(tmp / "r.pt", random.Random(0).randbytes(4096)), "PyTorch checkpoint"),
     "empty": (lambda tmp: _write(tmp / "e.pt", b""), "file is empty"),
+    "legacy format, storage keys disagree": (lambda tmp: _legacy_with_a_stray_storage_key(tmp / "l.pt"),
+                                             "not a readable PyTorch checkpoint: truncated or corrupt (storage key"),
+    "zip whose names are not UTF-8": (lambda tmp: _zip_with_a_name_not_utf8(tmp / "z.pt"),
+                                      "truncated or corrupt checkpoint archive ('utf-8' codec can't decode"),
     "not an ML-Agents dict": (
         lambda tmp: _save(tmp / "other.pt", {"model": {"w": torch.zeros(2)}}), "not an ML-Agents checkpoint"),
     "a bare tensor": (lambda tmp: _save(tmp / "tensor.pt", torch.zeros(3)), "not an ML-Agents checkpoint"),
@@ -54,6 +77,9 @@ BAD_FILES = {
         lambda tmp: _policy_with(tmp, "shape.pt", lambda p: _set(p, "network_body._body_endoder.seq_layers.2.weight",
                                                                   torch.zeros(32, 30))),
         "seq_layers.2.weight has shape [32, 30], expected [32, 32]"),
+    "mis-shaped constant": (
+        lambda tmp: _policy_with(tmp, "const.pt", lambda p: _set(p, "version_number", torch.tensor([3.0, 3.0]))),
+        "layer version_number has shape [2], but the architecture read from the other layers needs [1]"),
     "zero-variance normalizer": (
         lambda tmp: _policy_with(tmp, "var.pt", lambda p: p[
             "network_body.observation_encoder.processors.0.normalizer.running_variance"].__setitem__(3, 0.0)),

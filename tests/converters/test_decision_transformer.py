@@ -251,6 +251,27 @@ def test_validate_reports_every_shape_and_excludes_padding(run_cli, tmp_path):
     assert any("attention_mask is 0" in note for note in report["notes"])
 
 
+def test_a_reference_failing_at_one_length_keeps_every_other_result(run_cli, tmp_path, monkeypatch):
+    from rlparity.validators.torch_runtime import TorchRuntime
+
+    run = TorchRuntime.run
+
+    def fails_at_sequence_5(self, feeds):
+        if feeds["states"].shape[1] == 5:
+            raise RuntimeError("no kernel for this length")
+        return run(self, feeds)
+
+    monkeypatch.setattr(TorchRuntime, "run", fails_at_sequence_5)
+    result = run_cli("validate", "sample:tinyhopper", "--batch", "4", "--json", tmp_path / "r.json")
+    assert result.exit_code == 1, result.output
+    assert "torch-cpu: RuntimeError at batch 4, sequence 5: no kernel for this length" in result.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["verdict"] == "incomplete"
+    # the reference stopped at sequence 5: the trace length was compared, nothing after it
+    assert [c["shape"] for c in report["comparisons"]] == [{"batch": 4, "sequence": 20}]
+    assert all(c["passed"] for c in report["comparisons"])
+
+
 def test_inspect_and_export_commands(run_cli, tmp_path):
     result = run_cli("inspect", TINYHOPPER, "--json", tmp_path / "info.json")
     assert result.exit_code == 0, result.output

@@ -245,6 +245,8 @@ def test_defaults_are_hopper_medium_and_need_11_states(tmp_path):
     ({"state_mean": [0.0] * 11}, "state_mean and state_std go together"),
     ({"state_mean": [0.0] * 3, "state_std": [1.0] * 3}, "state_mean has 3 values, the model's state_dim is 11"),
     ({"state_mean": [0.0] * 11, "state_std": [1.0] * 10 + [0.0]}, "state_std must be positive"),
+    ({"state_mean": ["zero"] * 11, "state_std": [1.0] * 11}, "state_mean must be a list of 11 numbers"),
+    ({"state_mean": [0.0] * 11, "state_std": {"std": 1}}, "state_std must be a list of 11 numbers"),
     ({"target_return": "high"}, "target_return must be a number"),
     ({"context_length": 0}, "context_length must be a positive integer"),
     ({"target": 3600}, "unknown key 'target'"),

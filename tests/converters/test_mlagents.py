@@ -181,8 +181,8 @@ def test_hybrid_policy_exports_both_heads_and_runs_in_onnxruntime(tmp_path):
     assert got["discrete_action_output_shape"].tolist() == [[3.0, 2.0]]
 
 
-def test_deeper_wider_body_and_single_normalized_observation(tmp_path):
-    """Any depth and width: a 4-layer body of 48 units built from scratch in the mlagents layout."""
+def _body_of(widths, tmp_path):
+    """A continuous policy with hidden layers of ``widths``, built from scratch in the mlagents layout."""
     g = torch.Generator().manual_seed(3)
     policy = {
         "version_number": torch.tensor([3.0]), "memory_size_vector": torch.tensor([0.0]),
@@ -191,21 +191,33 @@ def test_deeper_wider_body_and_single_normalized_observation(tmp_path):
         "network_body.observation_encoder.processors.0.normalizer.running_mean": torch.randn(6, generator=g),
         "network_body.observation_encoder.processors.0.normalizer.running_variance": torch.rand(6, generator=g) * 40 + 1,
         "action_model._continuous_distribution.log_sigma": torch.zeros(1, 2),
-        "action_model._continuous_distribution.mu.weight": torch.randn(2, 48, generator=g),
+        "action_model._continuous_distribution.mu.weight": torch.randn(2, widths[-1], generator=g),
         "action_model._continuous_distribution.mu.bias": torch.zeros(2),
     }
     width = 6
-    for i in range(4):
-        policy[f"network_body._body_endoder.seq_layers.{2 * i}.weight"] = torch.randn(48, width, generator=g) * 0.3
-        policy[f"network_body._body_endoder.seq_layers.{2 * i}.bias"] = torch.zeros(48)
-        width = 48
+    for i, out in enumerate(widths):
+        policy[f"network_body._body_endoder.seq_layers.{2 * i}.weight"] = torch.randn(out, width, generator=g) * 0.3
+        policy[f"network_body._body_endoder.seq_layers.{2 * i}.bias"] = torch.zeros(out)
+        width = out
     path = tmp_path / "Deep-40.pt"
     torch.save({"Policy": policy, "global_step": {"_GlobalSteps__global_step": torch.tensor([40])}}, path)
-    family = MLAgentsPolicy.load(path)
+    return MLAgentsPolicy.load(path)
+
+
+def test_deeper_wider_body_and_single_normalized_observation(tmp_path):
+    """Any depth and width: a 4-layer body of 48 units built from scratch in the mlagents layout."""
+    family = _body_of([48] * 4, tmp_path)
     assert family.arch["hidden"] == [48, 48, 48, 48]
+    assert family.summary()["hidden_layers"] == "4 x 48 (Linear + Swish)"
     model = onnx.load_from_string(family.export())
     assert sum(n.op_type == "Gemm" for n in model.graph.node) == 5
     assert any(n.op_type == "Clip" and "normalizer" in n.name for n in model.graph.node)
+
+
+def test_summary_of_a_body_whose_layers_differ_in_width(tmp_path):
+    family = _body_of([48, 24], tmp_path)
+    assert family.summary()["hidden_layers"] == "widths [48, 24] (Linear + Swish)"
+    assert family.summary()["parameters"] == 6 * 48 + 48 + 48 * 24 + 24 + 24 * 2 + 2 + 2
 
 
 def test_recurrent_policy_is_not_supported_yet(tmp_path):

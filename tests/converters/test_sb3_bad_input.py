@@ -7,13 +7,15 @@ import io
 import json
 import os
 import pickle
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
 import pytest
 import torch
 
-from tests.conftest import SAMPLES
+from tests.conftest import REPO, SAMPLES
 from tests.converters.test_bad_input import Hostile, assert_clean_error
 
 CARTPOLE = SAMPLES / "sb3" / "ppo-seals-CartPole-v0.zip"
@@ -24,10 +26,27 @@ def members() -> dict[str, bytes]:
         return {name: archive.read(name) for name in archive.namelist()}
 
 
-def write_zip(path, content: dict[str, bytes]):
-    with zipfile.ZipFile(path, "w") as archive:
+def write_zip(path, content: dict[str, bytes], compression=zipfile.ZIP_STORED):
+    with zipfile.ZipFile(path, "w", compression=compression) as archive:
         for name, payload in content.items():
             archive.writestr(name, payload)
+    return path
+
+
+def corrupt_compressed(path, compression):
+    """The model zipped with ``compression``, its data member's compressed stream overwritten."""
+    write_zip(path, members(), compression)
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo("data")
+    header = info.header_offset  # the local header: 30 bytes, then the name and extra field
+    start = header + 30 + int.from_bytes(raw[header + 26:header + 28], "little") + \
+        int.from_bytes(raw[header + 28:header + 30], "little")
+    end = start + info.compress_size
+    if compression == zipfile.ZIP_LZMA:
+        start += 4 + raw[start + 2]  # past zipfile's lzma header and the properties it announces
+    raw[start:end] = b"\xff" * (end - start)
+    path.write_bytes(bytes(raw))
     return path
 
 
@@ -59,6 +78,10 @@ BAD_MODELS = {
     "truncated zip": (lambda tmp: _bytes(tmp / "t.zip", CARTPOLE.read_bytes()[:50_000]), "truncated or corrupt zip archive"),
     "not a zip at all": (lambda tmp: _bytes(tmp / "r.zip", os.urandom(2048)), "truncated or corrupt zip archive"),
     "empty file": (lambda tmp: _bytes(tmp / "e.zip", b""), "file is empty"),
+    "corrupt deflated member": (lambda tmp: corrupt_compressed(tmp / "d.zip", zipfile.ZIP_DEFLATED),
+                                "truncated or corrupt zip archive (Error -3 while decompressing data"),
+    "corrupt lzma member": (lambda tmp: corrupt_compressed(tmp / "l.zip", zipfile.ZIP_LZMA),
+                            "truncated or corrupt zip archive (Corrupt input data)"),
     "zip without policy.pth": (lambda tmp: write_zip(tmp / "m.zip", without("policy.pth")), "the archive has no policy.pth"),
     "zip without data": (lambda tmp: write_zip(tmp / "m.zip", without("data")), "the archive has no data"),
     "data not JSON": (lambda tmp: write_zip(tmp / "m.zip", with_member("data", b"\x80\x04K\x01.")), "member data is not JSON"),
@@ -68,6 +91,9 @@ BAD_MODELS = {
     "unreadable action bounds": (
         lambda tmp: write_zip(tmp / "m.zip", edited_data(lambda d: d["action_space"].update({"n": "many"}))),
         "action_space has no readable n"),
+    "net_arch not lists": (
+        lambda tmp: write_zip(tmp / "m.zip", edited_data(lambda d: d["policy_kwargs"].update({"net_arch": {"pi": 64}}))),
+        "data says net_arch {'pi': 64}, but policy.pth has layers"),
     "policy.pth truncated": (
         lambda tmp: write_zip(tmp / "m.zip", with_member("policy.pth", members()["policy.pth"][:4000])),
         "policy.pth: truncated or corrupt"),
@@ -176,11 +202,53 @@ def test_hostile_object_inside_real_statistics_never_runs(tmp_path, run_cli):
     assert not marker.exists()
 
 
+class NumpyDtype:
+    """Pickles as ``numpy.dtype(spec)`` whose BUILD is given ``state``, as a real dtype pickles."""
+
+    def __init__(self, spec, state):
+        self.spec, self.state = spec, state
+
+    def __reduce__(self):
+        return np.dtype, (self.spec, False, True), self.state
+
+
+FLOAT_STATE = (3, "<", None, None, None, -1, -1, 0)  # what np.dtype("f8") pickles as its state
+
+
+def test_a_dtype_state_that_crashes_numpy_never_reaches_it(tmp_path):
+    """numpy's dtype.__setstate__ crashes the interpreter (SIGSEGV) on a timedelta dtype given
+    a float's state: the shipped entry point, in a process of its own, refuses the file."""
+    stats = tmp_path / "stats.pkl"
+    stats.write_bytes(pickle.dumps({"obs_rms": NumpyDtype("m8", FLOAT_STATE)}))
+    done = subprocess.run([sys.executable, str(REPO / "cli.py"), "inspect", str(CARTPOLE), "--vec-normalize", str(stats)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert "refused to load: the pickle declares a numpy dtype of timedelta64 values" in done.stderr
+
+
+@pytest.mark.parametrize("protocol", [3, 4, 5])
+def test_numpy_arrays_and_scalars_still_load_at_every_protocol(tmp_path, protocol):
+    from rlparity.converters.safe_load import load_restricted_pickle
+    from rlparity.converters.sb3 import _vec_normalize_globals
+
+    path = tmp_path / "arrays.pkl"
+    path.write_bytes(pickle.dumps({"mean": np.arange(4.0).reshape(2, 2), "big_endian": np.arange(3, dtype=">i4"),
+                                   "count": np.float64(2.5)}, protocol=protocol))
+    loaded = load_restricted_pickle(path, _vec_normalize_globals(), "statistics")
+    assert loaded["mean"].dtype == np.float64 and np.array_equal(loaded["mean"], np.arange(4.0).reshape(2, 2))
+    assert loaded["big_endian"].tolist() == [0, 1, 2]  # its byte order honoured
+    assert type(loaded["count"]) is np.float64 and loaded["count"] == 2.5
+
+
 @pytest.mark.parametrize("content, fragment", [
     (lambda: pickle.dumps({"obs_rms": 1}), "not VecNormalize statistics"),
+    (lambda: pickle.dumps(NumpyDtype("f8", (3, "|", None, ("a",), {"a": (np.dtype("f8"), 0)}, 8, 1, 0))),
+     "declares a structured or malformed numpy dtype"),
     (lambda: pickle.dumps(eval), "asks to import builtins.eval"),
     (lambda: pickle.dumps(np.array([1, "x"], dtype=object)), "holds an array of Python objects"),
     (lambda: b"\x80\x04\x95", "truncated or corrupt"),
+    (lambda: b"\x80\x04\x95" + b"\xff" * 8, "truncated or corrupt (FRAME length exceeds"),
 ])
 def test_foreign_vec_normalize_pickles_are_refused(tmp_path, run_cli, content, fragment):
     stats = tmp_path / "stats.pkl"

@@ -79,6 +79,16 @@ def test_discrete_disagreement_is_a_tie_only_when_scores_are_within_tolerance():
     assert not real.passed and real.metrics["ties"] == 0
 
 
+@pytest.mark.parametrize("action", [3, -3])
+def test_an_action_outside_its_branch_is_a_disagreement_not_a_tie(action):
+    """-3 would index the branch's first score from the end: equal to the reference's, a false tie."""
+    spec = TensorSpec("act", "int64", ("batch", 2), "deterministic", segments=(3, 2))
+    ref = np.array([[0, 1]])
+    scores = np.array([[0.4, 0.2, 0.4, 0.1, 0.9]], np.float32)
+    result = compare_agreement(spec, np.array([[action, 1]]), ref, scores, (1e-5, 1e-4))
+    assert not result.passed and result.metrics["disagreements"] == 1 and result.metrics["ties"] == 0
+
+
 def _gaussian_draws(rng, mean, std, n=512, shape=(8, 4)):
     return np.clip(rng.normal(mean, std, size=(n, *shape)), -3, 3).astype(np.float32) / 3
 
@@ -116,6 +126,29 @@ def test_categorical_frequencies_and_blocked_actions():
     leaks[0, 0, 0] = 1  # a blocked action sampled once
     result = compare_distribution(spec, leaks, ref, scores={"p": probs})
     assert not result.passed and result.metrics["blocked_sampled"] == 1
+
+
+def test_categories_of_an_unsized_output_come_from_both_sides():
+    """Without segments the categories are read from the draws: the candidate's extra one too."""
+    spec = TensorSpec("d", "int64", ("batch", 1), "stochastic")
+    ref = np.zeros((64, 2, 1), np.int64)
+    cand = ref.copy()
+    cand[:32, 1, 0] = 1  # row 1 samples category 1 half the time; the reference never does
+    result = compare_distribution(spec, cand, ref)
+    assert not result.passed and result.metrics["max_frequency_diff"] == 0.5
+
+
+def test_sampled_actions_outside_their_branch_fail():
+    """One draw past the branch is no category at all: rare, yet never a valid sample."""
+    spec = TensorSpec("d", "int64", ("batch", 1), "stochastic", segments=(3,))
+    rng = np.random.default_rng(2)
+    ref = rng.choice(3, size=(512, 2, 1))
+    cand = rng.choice(3, size=(512, 2, 1))
+    assert compare_distribution(spec, cand, ref).passed
+    cand[5, 0, 0] = 3
+    result = compare_distribution(spec, cand, ref)
+    assert not result.passed and result.metrics["out_of_range"] == 1
+    assert result.note == "1 sampled action(s) lie outside their branch"
 
 
 def test_compare_outputs_dispatches_by_role_and_lists_absent_outputs():
