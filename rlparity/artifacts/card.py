@@ -13,7 +13,12 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import Any
 
-from rlparity.artifacts.tables import comparison_detail, fmt, runtime_device, runtime_status
+from rlparity.artifacts.tables import (
+    comparison_detail,
+    fmt,
+    runtime_device,
+    runtime_status,
+)
 
 # Files a package holds besides the export, and what each is (the package writes them).
 PACKAGE_FILES = {

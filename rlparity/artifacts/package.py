@@ -26,7 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from rlparity.artifacts.card import PACKAGE_FILES, model_name, render_card, section_problem
+from rlparity.artifacts.card import (
+    PACKAGE_FILES,
+    model_name,
+    render_card,
+    section_problem,
+)
 from rlparity.artifacts.report import Report
 from rlparity.converters.safe_load import sha256_file
 from rlparity.errors import UserError
