@@ -123,7 +123,7 @@ def export(path, output, opset, family, obs_sizes):
     """Export a checkpoint to ONNX with the official names and I/O."""
     import hashlib
 
-    from rlparity.validators.validate import _reference_facts
+    from rlparity.validators.validate import reference_facts
 
     model = load_model(path, family, obs_sizes)
     with console.status("exporting"):
@@ -134,7 +134,7 @@ def export(path, output, opset, family, obs_sizes):
         console.print(escape(model.source_note))
     reference = model.reference_export()
     if reference is not None:
-        facts = _reference_facts(reference, data)
+        facts = reference_facts(reference, data)
         same = "identical to" if facts.get("graph_identical") else "different from"
         console.print(f"graph {same} the official export {escape(str(reference))}")
 

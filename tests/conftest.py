@@ -1,6 +1,7 @@
 """Shared test helpers: where the real fixtures are, and running the CLI in-process."""
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -12,6 +13,20 @@ DATA = REPO / "tests" / "data"
 SAMPLES = REPO / "rlparity" / "samples"
 # The large real checkpoints live beside the checkout (../shared/fixtures) and in CI.
 FIXTURES = Path(os.environ.get("RLPARITY_FIXTURES", REPO.parent / "shared" / "fixtures"))
+
+# Tests of what rlparity says on a host WITHOUT an accelerator (CI, laptops). On an NPU or GPU
+# host they would be testing the wrong thing, so they step aside there.
+without_npu = pytest.mark.skipif(importlib.util.find_spec("torch_npu") is not None,
+                                 reason="torch_npu is installed on this host")
+
+
+def _cuda_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+without_cuda = pytest.mark.skipif(_cuda_visible(), reason="a CUDA device is visible on this host")
 
 TINYWALKER = SAMPLES / "mlagents" / "TinyWalker"
 TINYBRANCHES = SAMPLES / "mlagents" / "TinyBranches"

@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from tests.conftest import REPO, TINYBRANCHES, TINYWALKER, fixture_path
+from tests.conftest import REPO, TINYBRANCHES, TINYWALKER, fixture_path, without_npu
 
 
 @pytest.mark.parametrize("path", [TINYWALKER, TINYBRANCHES, "Huggy"])
@@ -61,6 +61,7 @@ def test_validate_reports_a_mismatch_with_exit_3(run_cli, tmp_path):
     assert ("ort-cpu", "deterministic_continuous_actions") in failed  # ours vs the tampered reference
 
 
+@without_npu
 def test_missing_accelerator_exits_4_and_keeps_the_other_results(run_cli, tmp_path):
     result = run_cli("validate", TINYWALKER, "--device", "npu:0", "--json", tmp_path / "r.json")
     assert result.exit_code == 4, result.output

@@ -36,6 +36,11 @@ def require_file(path: Path) -> None:
         raise UserError("is a folder, expected a file", path)
     if path.stat().st_size == 0:
         raise UserError("file is empty", path)
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as e:
+        raise UserError(f"cannot read: {e.strerror or e}", path) from None
 
 
 def load_torch_file(path: str | Path) -> Any:

@@ -329,7 +329,7 @@ def bench(family: Family, options: BenchOptions,
             try:
                 clock.synchronize()
                 t0 = time.perf_counter_ns()
-                runtime.prepare(models.get(s.runtime, family.build_torch()))
+                runtime.prepare(models[s.runtime] if s.runtime in models else family.build_torch())
                 runtime.run(feeds.arrays)
                 clock.synchronize()
                 first_ms = (time.perf_counter_ns() - t0) / 1e6

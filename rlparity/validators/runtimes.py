@@ -57,7 +57,7 @@ def host_info() -> dict[str, str]:
 def runtime_for_device(device: str) -> str:
     """The runtime name for ``--device``: ``cuda`` -> ``torch-cuda:0``, ``cpu`` -> ``torch-cpu``."""
     device = device.strip().lower()
-    if device == "cpu":
+    if device.partition(":")[0] == "cpu":
         return REFERENCE
     if ":" not in device:
         device += ":0"

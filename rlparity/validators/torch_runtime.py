@@ -35,11 +35,13 @@ def parse_dtype(name: str) -> str:
 
 
 def parse_device(device: str) -> tuple[str, int | None]:
-    """``"npu:1"`` -> ``("npu", 1)``; ``"cpu"`` -> ``("cpu", None)``."""
+    """``"npu:1"`` -> ``("npu", 1)``; ``"cpu"`` and ``"cpu:0"`` -> ``("cpu", None)``."""
     kind, _, index = device.strip().lower().partition(":")
     if not kind.isidentifier() or (index and not index.isdigit()):
         raise AcceleratorUnavailable(f"cannot read device {device!r}: expected cpu, cuda[:N] or npu[:N]")
-    return kind, (int(index) if index else (None if kind == "cpu" else 0))
+    if kind == "cpu":  # one CPU device, however it is numbered
+        return kind, None
+    return kind, int(index) if index else 0
 
 
 def device_status(device: str) -> tuple[bool, str]:

@@ -117,7 +117,7 @@ def validate_with_arrays(family: Family, options: ValidateOptions,
         report.inputs["shapes"] = [{"axes": dict(shape), "rows": _row_summary(f), "digest": f.digest}
                                    for shape, f in zip(shapes, all_feeds)]
     if reference_path is not None:
-        report.reference_export = {"path": str(reference_path), **_reference_facts(reference_path, ours)}
+        report.reference_export = {"path": str(reference_path), **reference_facts(reference_path, ours)}
 
     per_shape: list[dict[str, dict[str, np.ndarray]]] = [{} for _ in shapes]  # shape -> runtime -> outputs
     draws: dict[str, dict[str, np.ndarray]] = {}
@@ -274,7 +274,7 @@ def _source_facts(family: Family) -> dict:
     return facts
 
 
-def _reference_facts(path: Path, ours: bytes) -> dict:
+def reference_facts(path: Path, ours: bytes) -> dict:
     """Hash of the official export, and whether our graph is identical to it."""
     import onnx
 

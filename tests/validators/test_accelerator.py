@@ -15,7 +15,7 @@ from rlparity.validators.accelerator import (
     unavailable_reason,
 )
 from rlparity.validators.torch_runtime import TorchRuntime
-from tests.conftest import TINYBRANCHES
+from tests.conftest import TINYBRANCHES, without_cuda, without_npu
 
 PROOFS = ["device available", "operation on the device", "parameters and buffers on the device", "inputs on the device",
           "activations on the device", "outputs on the device", "no CPU fallback", "ort-cpu agrees with torch-cpu"]
@@ -49,6 +49,7 @@ def test_npu_check_of_a_discrete_policy(run_cli):
     assert result.exit_code == 0, result.output
 
 
+@without_npu
 def test_npu_check_without_torch_npu_exits_4_naming_what_is_missing(run_cli, tmp_path):
     result = run_cli("npu-check", "--json", tmp_path / "check.json")  # default --device npu:0
     assert result.exit_code == 4, result.output
@@ -60,12 +61,14 @@ def test_npu_check_without_torch_npu_exits_4_naming_what_is_missing(run_cli, tmp
                                   "detail": unavailable_reason("npu:0")}]
 
 
+@without_cuda
 def test_npu_check_on_a_host_without_cuda(run_cli):
     result = run_cli("npu-check", "--device", "cuda:0")
     assert result.exit_code == 4
     assert "error: cuda:0: this torch build has no CUDA" in result.output
 
 
+@without_npu
 def test_cann_version_is_read_from_the_toolkit(tmp_path, monkeypatch):
     info = tmp_path / "x86_64-linux" / "ascend_toolkit_install.info"
     info.parent.mkdir()

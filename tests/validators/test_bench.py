@@ -24,7 +24,7 @@ from rlparity.validators.bench import (
     summarize,
 )
 from rlparity.validators.torch_runtime import TorchRuntime
-from tests.conftest import TINYBRANCHES, TINYWALKER
+from tests.conftest import TINYBRANCHES, TINYWALKER, without_npu
 
 RESULT_FIELDS = {
     "runtime": str, "device": str, "dtype": str, "batch": int, "graph": bool, "first_call_ms": float,
@@ -108,6 +108,7 @@ def test_graph_on_the_cpu_is_a_usage_error(run_cli):
     assert "--graph captures torch on an accelerator" in result.output
 
 
+@without_npu
 def test_missing_accelerator_exits_4_and_keeps_the_cpu_figures(run_cli, tmp_path):
     result = run_cli("bench", TINYWALKER, "--device", "npu:0", "--graph", "--batch", "1", "--runs", "3",
                      "--warmup", "0", "--json", tmp_path / "b.json")

@@ -14,7 +14,7 @@ from rlparity.validators.compare import DEFAULT_TOLERANCES, compare_distribution
 from rlparity.validators.precision import precision_sweep
 from rlparity.validators.torch_runtime import TorchRuntime, cast_module
 from rlparity.validators.validate import ValidateOptions, validate
-from tests.conftest import TINYBRANCHES, TINYWALKER, fixture_path
+from tests.conftest import TINYBRANCHES, TINYWALKER, fixture_path, without_npu
 
 FLOAT16_MAX = torch.finfo(torch.float16).max  # 65504
 
@@ -111,6 +111,7 @@ def test_sweep_computes_its_own_reference_when_validate_did_not():
     assert entry["dtype"] == "bfloat16" and entry["comparisons"][0]["passed"]
 
 
+@without_npu
 def test_sweep_on_a_missing_device_records_why():
     family = converters.load(TINYWALKER)
     [entry] = precision_sweep(family, ["float16"], "npu:0", family.make_feeds(4, seed=0))

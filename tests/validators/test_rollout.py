@@ -16,6 +16,7 @@ from rlparity.validators.rollout import (
     play,
 )
 from rlparity.validators.torch_runtime import TorchRuntime
+from tests.conftest import without_npu
 from tests.converters.test_bad_input import assert_clean_error
 
 pytest.importorskip("gymnasium")
@@ -91,6 +92,7 @@ def test_families_without_a_controller_say_so(run_cli):
     assert result.exit_code == 1 and "in an environment (rollout) is not supported yet" in result.output
 
 
+@without_npu
 def test_runtime_options(run_cli, tmp_path):
     result = run_cli("rollout", CARTPOLE, "--env", ENV, "--runtimes", "torch-cpu,ort-ref")
     assert result.exit_code == 2 and "ort-ref cannot play rollouts" in result.output

@@ -10,7 +10,7 @@ from rlparity.validators.feeds import make_feeds
 from rlparity.validators.ort import OrtRuntime
 from rlparity.validators.runtimes import runtime_for_device
 from rlparity.validators.torch_runtime import TorchRuntime, device_status, parse_device
-from tests.conftest import TINYBRANCHES, TINYWALKER
+from tests.conftest import TINYBRANCHES, TINYWALKER, without_cuda, without_npu
 
 
 def _runtime_and_model(name, family):
@@ -49,6 +49,8 @@ def test_torch_runtime_sampling_is_seeded():
     assert np.array_equal(runtime.run(feeds)["continuous_actions"], runtime.run(feeds)["continuous_actions"])
 
 
+@without_npu
+@without_cuda
 def test_missing_accelerators_state_their_reason():
     assert device_status("cpu") == (True, "")
     ok, reason = device_status("npu:0")
@@ -59,6 +61,7 @@ def test_missing_accelerators_state_their_reason():
     assert not ok and "unknown device type 'tpu'" in reason
 
 
+@without_npu
 def test_preparing_on_a_missing_device_raises_a_clean_error():
     family = MLAgentsPolicy.load(TINYWALKER)
     runtime = TorchRuntime(family.io_spec(), "npu:1")
@@ -82,3 +85,8 @@ def test_ort_runtime_refuses_a_file_that_is_not_onnx(tmp_path):
     bad.write_text("not onnx")
     with pytest.raises(Exception, match="onnxruntime cannot load this model"):
         OrtRuntime().prepare(bad)
+
+
+def test_the_cpu_is_one_device_however_it_is_numbered():
+    assert parse_device("cpu:0") == ("cpu", None)
+    assert runtime_for_device("cpu:0") == "torch-cpu"
