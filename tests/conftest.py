@@ -41,6 +41,25 @@ def fixture_path(relative: str) -> Path:
     return path
 
 
+def tampered_onnx(source: Path, folder: Path, initializer: str, change) -> Path:
+    """A copy of the ONNX file ``source`` in ``folder`` with one initializer changed by ``change``."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(source))
+    for init in model.graph.initializer:
+        if init.name == initializer:
+            init.CopyFrom(numpy_helper.from_array(change(numpy_helper.to_array(init).copy()), init.name))
+    path = folder / f"tampered-{source.name}"
+    onnx.save(model, path)
+    return path
+
+
+def bias_plus_1e2(value):
+    value[0] += 1e-2
+    return value
+
+
 @pytest.fixture
 def run_cli():
     """Run `rlparity ARGS...` in-process; returns the click Result (exit_code, output)."""

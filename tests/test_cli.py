@@ -9,9 +9,16 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from onnx import numpy_helper
 
-from tests.conftest import REPO, TINYBRANCHES, TINYWALKER, fixture_path, without_npu
+from tests.conftest import (
+    REPO,
+    TINYBRANCHES,
+    TINYWALKER,
+    bias_plus_1e2,
+    fixture_path,
+    tampered_onnx,
+    without_npu,
+)
 
 
 @pytest.mark.parametrize("path", [TINYWALKER, TINYBRANCHES, "Huggy"])
@@ -44,14 +51,8 @@ def test_validate_json_to_stdout_is_machine_readable(run_cli):
 
 def test_validate_reports_a_mismatch_with_exit_3(run_cli, tmp_path):
     """A reference export with one weight moved by 1e-2 must fail, and say where."""
-    model = onnx.load(str(TINYWALKER / "TinyWalker-1000.onnx"))
-    for init in model.graph.initializer:
-        if init.name == "action_model._continuous_distribution.mu.bias":
-            value = numpy_helper.to_array(init).copy()
-            value[0] += 1e-2
-            init.CopyFrom(numpy_helper.from_array(value, init.name))
-    tampered = tmp_path / "tampered.onnx"
-    onnx.save(model, tampered)
+    tampered = tampered_onnx(TINYWALKER / "TinyWalker-1000.onnx", tmp_path,
+                             "action_model._continuous_distribution.mu.bias", bias_plus_1e2)
     result = run_cli("validate", TINYWALKER, "--ref", tampered, "--json", tmp_path / "r.json")
     assert result.exit_code == 3, result.output
     assert "MISMATCH" in result.output
@@ -140,19 +141,9 @@ def test_validate_on_a_copied_run_folder_without_official_export(run_cli, tmp_pa
     assert np.isclose(report["inputs"]["batch"], 64)
 
 
-def _tampered_copy(source, tmp_path, initializer, change):
-    model = onnx.load(str(source))
-    for init in model.graph.initializer:
-        if init.name == initializer:
-            init.CopyFrom(numpy_helper.from_array(change(numpy_helper.to_array(init).copy()), init.name))
-    path = tmp_path / f"tampered-{source.name}"
-    onnx.save(model, path)
-    return path
-
-
 def test_a_wider_sampler_is_caught_by_distribution(run_cli, tmp_path):
     """Only the sampling noise changes (sigma doubled): deterministic outputs still pass."""
-    tampered = _tampered_copy(TINYWALKER / "TinyWalker-1000.onnx", tmp_path,
+    tampered = tampered_onnx(TINYWALKER / "TinyWalker-1000.onnx", tmp_path,
                               "action_model._continuous_distribution.log_sigma",
                               lambda v: (v + np.log(2.0)).astype(np.float32))
     result = run_cli("validate", TINYWALKER, "--ref", tampered, "--json", tmp_path / "r.json")

@@ -18,7 +18,7 @@ from tests.artifacts.conftest import (
     tree,
     write_section_report,
 )
-from tests.conftest import TINYBRANCHES, TINYWALKER
+from tests.conftest import TINYBRANCHES, TINYWALKER, bias_plus_1e2, tampered_onnx
 
 EXPECTED_FILES = {"README.md", "TinyWalker-1000.onnx", "report.json", "inputs.npz", "outputs.npz",
                   "environment.json", "MANIFEST.sha256"}
@@ -199,15 +199,8 @@ def test_bad_reports_are_refused_before_anything_runs(run_cli, tmp_path, walker_
 
 def test_a_mismatch_is_packaged_with_exit_3_and_says_so(run_cli, tmp_path):
     """A failing port is still evidence: the folder is written, the card leads with MISMATCH."""
-    model = onnx.load(str(TINYWALKER / "TinyWalker-1000.onnx"))
-    for init in model.graph.initializer:
-        if init.name == "action_model._continuous_distribution.mu.bias":
-            from onnx import numpy_helper
-            value = numpy_helper.to_array(init).copy()
-            value[0] += 1e-2
-            init.CopyFrom(numpy_helper.from_array(value, init.name))
-    tampered = tmp_path / "tampered.onnx"
-    onnx.save(model, tampered)
+    tampered = tampered_onnx(TINYWALKER / "TinyWalker-1000.onnx", tmp_path,
+                             "action_model._continuous_distribution.mu.bias", bias_plus_1e2)
     result = run_cli("package", TINYWALKER, "-o", tmp_path / "pkg", "--ref", tampered)
     assert result.exit_code == 3, result.output
     card = (tmp_path / "pkg" / "README.md").read_text()
