@@ -59,7 +59,7 @@ from rlparity.validators.runtimes import (
     OURS,
     REFERENCE,
     Runtime,
-    runtime_for_device,
+    choose_runtimes,
 )
 from rlparity.validators.torch_runtime import TorchRuntime, parse_device, parse_dtype
 
@@ -253,16 +253,8 @@ def device_forward(runtime: Runtime, feeds: dict[str, np.ndarray]) -> Callable[[
 
 
 def series_for(family: Family, options: BenchOptions) -> list[Series]:
-    if options.runtimes:
-        names = list(dict.fromkeys(options.runtimes))
-    else:
-        names = [REFERENCE, OURS]
-    if options.device and runtime_for_device(options.device) not in names:
-        names.append(runtime_for_device(options.device))
+    names = choose_runtimes(options.runtimes, options.device, [REFERENCE, OURS])
     for name in names:
-        if name not in (REFERENCE, OURS, OFFICIAL) and not name.startswith("torch-"):
-            raise UsageError(f"unknown runtime {name!r}: expected torch-cpu, ort-cpu, ort-ref or torch-<device> "
-                             "(torch-cuda:0, torch-npu:0)")
         if name.startswith("torch-"):
             parse_device(name.removeprefix("torch-"))
     if OFFICIAL in names and family.reference_export() is None:

@@ -34,7 +34,7 @@ from rlparity.artifacts.report import Report, RuntimeResult, installed_versions
 from rlparity.converters.family import Family
 from rlparity.errors import UsageError, UserError
 from rlparity.validators.compare import DEFAULT_TOLERANCES, Comparison, OutputComparison
-from rlparity.validators.runtimes import OFFICIAL, OURS, REFERENCE, runtime_for_device
+from rlparity.validators.runtimes import OFFICIAL, OURS, REFERENCE, choose_runtimes
 from rlparity.validators.validate import make_runtime, new_report
 
 Run = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
@@ -116,11 +116,7 @@ class Episodes:
 
 
 def runtime_names(options: RolloutOptions) -> list[str]:
-    names = list(dict.fromkeys(options.runtimes)) if options.runtimes else [REFERENCE, OURS]
-    if options.device:
-        device_runtime = runtime_for_device(options.device)
-        if device_runtime not in names:
-            names.append(device_runtime)
+    names = choose_runtimes(options.runtimes, options.device, [REFERENCE, OURS])
     if OFFICIAL in names:
         raise UsageError("runtime ort-ref cannot play rollouts: they run the rebuild and our export "
                          "(torch-cpu, ort-cpu, torch-<device>)")

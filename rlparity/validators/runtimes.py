@@ -62,3 +62,17 @@ def runtime_for_device(device: str) -> str:
     if ":" not in device:
         device += ":0"
     return f"torch-{device}"
+
+
+def choose_runtimes(requested: list[str] | None, device: str | None, default: list[str]) -> list[str]:
+    """The runtimes a command runs: those asked for (or ``default``), plus ``--device``'s."""
+    names = list(dict.fromkeys(requested)) if requested else list(default)
+    if device and runtime_for_device(device) not in names:
+        names.append(runtime_for_device(device))
+    for name in names:
+        if name not in (OURS, OFFICIAL) and not name.startswith("torch-"):
+            from rlparity.errors import UsageError
+
+            raise UsageError(f"unknown runtime {name!r}: expected torch-cpu, ort-cpu, ort-ref or torch-<device> "
+                             "(torch-cuda:0, torch-npu:0)")
+    return names

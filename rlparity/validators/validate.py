@@ -27,8 +27,8 @@ from rlparity.validators.runtimes import (
     OURS,
     REFERENCE,
     Runtime,
+    choose_runtimes,
     host_info,
-    runtime_for_device,
 )
 from rlparity.validators.torch_runtime import TorchRuntime
 
@@ -54,25 +54,15 @@ class ValidateOptions:
 
 
 def runtime_names(family: Family, options: ValidateOptions) -> list[str]:
-    if options.runtimes:
-        names = list(dict.fromkeys(options.runtimes))
-    else:
-        names = [REFERENCE, OURS]
-        if options.reference or family.reference_export():
-            names.append(OFFICIAL)
-    if options.device:
-        device_runtime = runtime_for_device(options.device)
-        if device_runtime not in names:
-            names.append(device_runtime)
-    return names
+    default = [REFERENCE, OURS] + ([OFFICIAL] if options.reference or family.reference_export() else [])
+    return choose_runtimes(options.runtimes, options.device, default)
 
 
 def make_runtime(name: str, spec: IOSpec, seed: int) -> Runtime:
     if name in (OURS, OFFICIAL):
         return OrtRuntime(name)
-    if name.startswith("torch-"):
-        return TorchRuntime(spec, name.removeprefix("torch-"), seed=seed)
-    raise UsageError(f"unknown runtime {name!r}: expected torch-cpu, ort-cpu, ort-ref or torch-<device> (torch-cuda:0, torch-npu:0)")
+    choose_runtimes([name], None, [])  # an unknown name is a usage error
+    return TorchRuntime(spec, name.removeprefix("torch-"), seed=seed)
 
 
 @dataclass
